@@ -1,0 +1,48 @@
+"""The one small interface every backend implements.
+
+The runner owns timing, accuracy and fingerprints; a backend only says whether it can run
+here, turns the eager model into a callable for a spec, and reports fusion evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from benchmarks.spec import BenchSpec
+
+
+class BackendUnavailable(RuntimeError):
+    """Raised by compile() when the backend cannot run this spec here; becomes 'skipped'."""
+
+
+@dataclass
+class Compiled:
+    """A candidate ready to time.
+
+    `run` takes the input tensor (already on the spec's device and dtype) and returns the
+    output as a torch tensor on that device; it must not synchronise the device itself.
+    """
+
+    run: Callable[[torch.Tensor], torch.Tensor]
+    evidence: dict[str, Any] = field(default_factory=dict)
+    # False where capturing `run` in a CUDA graph is impossible (host round-trips, ORT)
+    cuda_graph_safe: bool = True
+    # extra versions worth fingerprinting (e.g. {"onnxruntime": "1.22.0"})
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    name: str
+
+    def unavailable_reason(self, spec: BenchSpec) -> str | None:
+        """None when this backend can run `spec` here, else a one-line reason."""
+        ...
+
+    def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
+        """Build the optimized candidate for `model` (eval mode, spec's device and dtype)."""
+        ...

@@ -1,0 +1,152 @@
+"""The result document: one versioned JSON object per spec.
+
+This is the contract between the measurement core and everything that stores or judges
+results (workers, `POST /api/v1/results`, detection). Bump RESULT_SCHEMA_VERSION on any
+incompatible change; readers refuse versions they do not know.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+RESULT_SCHEMA_VERSION = 1
+
+Status = Literal["ok", "failed", "skipped"]
+
+
+class ResultError(ValueError):
+    """A result document that cannot be trusted; the message names the problem."""
+
+
+@dataclass
+class LatencySummary:
+    """Per-inference latency statistics in milliseconds, from the raw samples."""
+
+    n: int
+    median_ms: float
+    iqr_ms: float
+    p05_ms: float
+    p95_ms: float
+    mean_ms: float
+
+
+@dataclass
+class Speedup:
+    """Baseline median over candidate median, with a paired bootstrap CI."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+    confidence: float = 0.95
+    method: str = "paired-round-bootstrap"
+
+    @property
+    def half_width_rel(self) -> float:
+        return (self.ci_high - self.ci_low) / 2 / self.value if self.value else math.inf
+
+
+@dataclass
+class Accuracy:
+    rel_l2: float
+    max_abs: float
+    tolerance: float
+    passed: bool
+
+
+@dataclass
+class BenchResult:
+    series_key: str
+    spec: dict[str, Any]
+    status: Status
+    reason: str | None = None
+    schema_version: int = RESULT_SCHEMA_VERSION
+    # raw per-iteration latencies in ms, one list per round, rounds interleaved
+    # baseline/candidate in this order; round i of both lists was measured back to back.
+    baseline_samples_ms: list[list[float]] = field(default_factory=list)
+    candidate_samples_ms: list[list[float]] = field(default_factory=list)
+    baseline: LatencySummary | None = None
+    candidate: LatencySummary | None = None
+    speedup: Speedup | None = None
+    accuracy: Accuracy | None = None
+    compile_seconds: float | None = None
+    # peak memory: CUDA allocator peak on GPU, process max-RSS growth on CPU
+    peak_memory_bytes: dict[str, int] = field(default_factory=dict)
+    # kernels_per_inference, onnx_node_counts{op:n}, trt_layer_count, inductor_kernels, ...
+    evidence: dict[str, Any] = field(default_factory=dict)
+    # python, packages{name:version}, cuda, cudnn, driver, gpu, cpu, device_class,
+    # nvml_start{...}, nvml_end{...}, throttled
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    started_at: str | None = None  # ISO 8601 UTC
+    finished_at: str | None = None
+    duration_seconds: float | None = None
+    stderr_tail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchResult:
+        """Parse and validate; raise ResultError with a message safe to show a client."""
+        if not isinstance(data, dict):
+            raise ResultError("result: expected a JSON object")
+        version = data.get("schema_version")
+        if version != RESULT_SCHEMA_VERSION:
+            raise ResultError(
+                f"schema_version: {version!r} is not supported (this server reads "
+                f"{RESULT_SCHEMA_VERSION})"
+            )
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise ResultError(f"unknown result fields: {', '.join(sorted(unknown))}")
+        d = dict(data)
+        try:
+            for name, typ in (("baseline", LatencySummary), ("candidate", LatencySummary),
+                              ("speedup", Speedup), ("accuracy", Accuracy)):
+                if d.get(name) is not None:
+                    d[name] = typ(**d[name])
+            result = cls(**d)
+        except TypeError as exc:
+            raise ResultError(f"result: {exc}") from None
+        result.check()
+        return result
+
+    def check(self) -> None:
+        """Refuse numbers no measurement can produce (negative, NaN, inverted CI)."""
+        if self.status not in ("ok", "failed", "skipped"):
+            raise ResultError(f"status: {self.status!r} is not ok, failed or skipped")
+        for side, rounds in (("baseline_samples_ms", self.baseline_samples_ms),
+                             ("candidate_samples_ms", self.candidate_samples_ms)):
+            for r in rounds:
+                for x in r:
+                    if not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+                        raise ResultError(f"{side}: latency {x!r} is not a positive number")
+        for name in ("baseline", "candidate"):
+            s = getattr(self, name)
+            if s is not None:
+                for k, v in asdict(s).items():
+                    if not math.isfinite(v) or v < 0:
+                        raise ResultError(f"{name}.{k}: {v!r} is not a non-negative number")
+        if self.speedup is not None:
+            s = self.speedup
+            vals = (s.value, s.ci_low, s.ci_high)
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in vals):
+                raise ResultError("speedup: value and CI must be positive numbers")
+            if not s.ci_low <= s.value <= s.ci_high:
+                raise ResultError("speedup: ci_low <= value <= ci_high does not hold")
+        if self.status == "ok" and self.speedup is None:
+            raise ResultError("status 'ok' needs a speedup")
+
+    @classmethod
+    def from_json(cls, text: str) -> BenchResult:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ResultError(f"result: not JSON ({exc.msg})") from None
+        return cls.from_dict(data)
