@@ -21,7 +21,8 @@ cli = typer.Typer(
 # Each module exposes `register(cli: typer.Typer) -> None`.
 _COMMAND_MODULES = (
     "benchmarks.cli",  # bench
-    "app.cli_service",  # serve, migrate, token, submit, demo
+    "app.cli_service",  # serve, migrate, token
+    "app.cli_client",  # submit (CI client), demo (embedded default)
     "workers.cli",  # worker, beat
     "app.detection.cli",  # detect
 )
