@@ -1,7 +1,64 @@
-"""Placeholder: the owner of this module replaces it with real commands."""
+"""`speedwatch worker` and `speedwatch beat`: the Celery processes of a deployment."""
+
+from __future__ import annotations
+
+import socket
 
 import typer
 
 
 def register(cli: typer.Typer) -> None:
-    return None
+    cli.command("worker")(worker)
+    cli.command("beat")(beat)
+
+
+def worker(
+    queues: str = typer.Option(
+        "", "--queues", "-Q",
+        help="Comma-separated queues to consume (default: the cpu queue). GPU hosts: "
+        "gpu or a per-class queue from SPEEDWATCH_GPU_QUEUES.",
+    ),
+    concurrency: int = typer.Option(
+        1, "--concurrency", "-c", min=1,
+        help="Cells run at once. Keep 1 per GPU: parallel benchmarks disturb each other.",
+    ),
+    loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
+    hostname: str = typer.Option("", "--hostname", "-n", help="Worker node name."),
+) -> None:
+    """Start a Celery worker that runs benchmark cells from the given queues."""
+    from app.config import get_settings
+
+    from workers.celery_app import celery_app, queue_names
+
+    settings = get_settings()
+    wanted = [q.strip() for q in queues.split(",") if q.strip()] or [settings.cpu_queue]
+    known = queue_names(settings)
+    unknown = [q for q in wanted if q not in known]
+    if unknown:
+        typer.echo(
+            f"error: queue(s) {', '.join(unknown)} not configured; known: {', '.join(known)}",
+            err=True,
+        )
+        raise typer.Exit(2)
+    name = hostname or f"speedwatch-{'+'.join(wanted)}@{socket.gethostname()}"
+    celery_app.worker_main(
+        ["worker", "--queues", ",".join(wanted), "--concurrency", str(concurrency),
+         "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle"]
+    )
+
+
+def beat(
+    loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
+    schedule: str = typer.Option(
+        "", "--schedule", "-s",
+        help="Beat's schedule state file (default: celerybeat-schedule in the var dir).",
+    ),
+) -> None:
+    """Start Celery beat: it triggers the reconciler that re-sends or fails stuck cells."""
+    import os
+    import tempfile
+
+    from workers.celery_app import celery_app
+
+    path = schedule or os.path.join(tempfile.gettempdir(), "speedwatch-celerybeat-schedule")
+    celery_app.start(["beat", "--loglevel", loglevel, "--schedule", path])

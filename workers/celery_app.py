@@ -1,0 +1,91 @@
+"""The Celery application: broker, explicit queues, delivery guarantees and time limits.
+
+State lives in SQL, not in Celery: tasks carry a cell id only, there is no result backend,
+and a message that is delivered twice is harmless because `claim_cell` and `record_result`
+are idempotent. What Celery must guarantee is at-least-once delivery, hence:
+
+- `acks_late` + `reject_on_worker_lost`: a message is acknowledged after the task body
+  returns, and put back if the pool process running it dies (OOM killer, segfault).
+- prefetch 1: a worker holds one cell at a time; benchmarks must not share a machine.
+- `visibility_timeout` above the hard time limit: Redis re-delivers an unacknowledged
+  message after that long, so it must not fire while the first delivery is still running.
+- explicit queues, `task_create_missing_queues=False`: a cell routed to a queue no worker
+  was told about is an error at enqueue time, not a message that waits forever.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from celery import Celery
+from kombu import Queue
+
+from workers.environments import BUILD_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from app.config import Settings
+
+RUN_CELL_TASK = "speedwatch.run_cell"
+RECONCILE_TASK = "speedwatch.reconcile"
+GENERIC_GPU_QUEUE = "gpu"
+
+
+def queue_names(settings: Settings) -> list[str]:
+    """Every queue a worker may consume: cpu, gpu, and one per configured GPU class."""
+    names = [settings.cpu_queue, GENERIC_GPU_QUEUE, *settings.gpu_queues.values()]
+    return list(dict.fromkeys(names))
+
+
+def time_limits(settings: Settings) -> tuple[float, float]:
+    """(soft, hard) task limits in seconds.
+
+    The child benchmark has its own timeout (cell_timeout_seconds) and so has building an
+    environment; these limits are the backstop above both, for a task body that is stuck
+    somewhere else (a database that never answers).
+    """
+    soft = float(settings.cell_timeout_seconds) + BUILD_TIMEOUT_S + 60.0
+    return soft, soft + 60.0
+
+
+def make_celery(settings: Settings | None = None) -> Celery:
+    if settings is None:
+        from app.config import get_settings
+
+        settings = get_settings()
+    soft, hard = time_limits(settings)
+    app = Celery("speedwatch", broker=settings.broker_url, include=["workers.tasks"])
+    app.conf.update(
+        task_queues=[Queue(name, routing_key=name) for name in queue_names(settings)],
+        task_default_queue=settings.cpu_queue,
+        task_create_missing_queues=False,
+        task_routes={RECONCILE_TASK: {"queue": settings.cpu_queue}},
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_soft_time_limit=soft,
+        task_time_limit=hard,
+        task_ignore_result=True,
+        result_backend=None,
+        task_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=5,
+        broker_transport_options={"visibility_timeout": int(hard * 2 + 300)},
+        # Publishing happens inside an API request: fail fast so the caller can answer 503;
+        # the reconciler enqueues again whatever was committed but never sent.
+        task_publish_retry_policy={
+            "max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1,
+        },
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        beat_schedule={
+            "reconcile-stuck-cells": {
+                "task": RECONCILE_TASK,
+                "schedule": float(max(15, settings.reconcile_after_seconds // 4)),
+            }
+        },
+    )
+    return app
+
+
+celery_app = make_celery()

@@ -1,0 +1,55 @@
+"""Hand committed cells to whatever executes them, chosen by `settings.executor`.
+
+The API calls `enqueue_cells` after its transaction commits, so a worker never looks for a
+cell that is not there yet. If sending fails, the cells stay `queued` in SQL and the
+reconciler sends them again; the caller gets a DispatchError to report (503).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+log = logging.getLogger(__name__)
+
+
+class DispatchError(RuntimeError):
+    """The executor could not take the cells (broker down, unknown queue); safe to show."""
+
+
+def enqueue_cells(cells: Sequence[tuple[int, str]]) -> None:
+    """Send each `(cell_id, queue_name)`; the message carries the id only."""
+    from app.config import get_settings
+
+    executor = get_settings().executor
+    if not cells or executor == "none":
+        return
+    if executor == "local":
+        from workers.local import get_local_executor
+
+        get_local_executor().submit([cell_id for cell_id, _ in cells])
+        return
+    if executor == "celery":
+        _send_celery(cells)
+        return
+    raise DispatchError(f"executor {executor!r} is not one of celery, local, none")
+
+
+def _send_celery(cells: Sequence[tuple[int, str]]) -> None:
+    from celery.exceptions import QueueNotFound
+
+    from workers.tasks import run_cell
+
+    sent = 0
+    try:
+        for cell_id, queue in cells:
+            run_cell.apply_async(args=[cell_id], queue=queue)
+            sent += 1
+    except (QueueNotFound, KeyError) as exc:
+        raise DispatchError(f"queue {exc} is not configured on this server") from None
+    except Exception as exc:  # kombu raises transport-specific errors; all mean "not sent"
+        log.warning("enqueue failed after %d of %d cells: %s", sent, len(cells), exc)
+        raise DispatchError(
+            f"message broker unavailable ({type(exc).__name__}); {len(cells) - sent} cells "
+            "stay queued and are sent again by the reconciler"
+        ) from exc

@@ -1,0 +1,78 @@
+"""The embedded executor: cells run in one background thread of the API process.
+
+For the one-command set-up (SQLite, no broker). One thread, one cell at a time, because
+two benchmarks measured side by side would disturb each other. It calls the same task body
+as the Celery worker, so a cell behaves the same whichever executor ran it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterable
+
+log = logging.getLogger(__name__)
+
+
+class LocalExecutor:
+    def __init__(self) -> None:
+        self._queue: queue.Queue[int] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._busy = 0  # cells submitted and not yet finished
+
+    def submit(self, cell_ids: Iterable[int]) -> None:
+        with self._lock:
+            for cell_id in cell_ids:
+                self._busy += 1
+                self._queue.put(cell_id)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="speedwatch-local-executor", daemon=True
+                )
+                self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        """Cells submitted here and not yet finished (queued or running)."""
+        with self._lock:
+            return self._busy
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until every submitted cell finished; False if `timeout_s` passed first."""
+        done = threading.Event()
+
+        def check() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=check, daemon=True).start()
+        return done.wait(timeout_s)
+
+    def _loop(self) -> None:
+        from workers.tasks import execute_cell
+
+        while True:
+            cell_id = self._queue.get()
+            try:
+                outcome = execute_cell(cell_id)
+                log.info("cell %s: %s", cell_id, outcome)
+            except Exception:  # the thread outlives any cell, as a worker process does
+                log.exception("cell %s: task body raised", cell_id)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+                self._queue.task_done()
+
+
+_executor: LocalExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def get_local_executor() -> LocalExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = LocalExecutor()
+        return _executor
