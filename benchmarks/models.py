@@ -38,15 +38,15 @@ def _define_opaque_identity() -> Callable[[torch.Tensor], torch.Tensor]:
     """
     if hasattr(torch.library, "custom_op"):
 
-        @torch.library.custom_op(CUSTOM_OP_NAME, mutates_args=())  # type: ignore[misc]
+        @torch.library.custom_op(CUSTOM_OP_NAME, mutates_args=())
         def opaque_identity(x: torch.Tensor) -> torch.Tensor:
             return x.clone()
 
-        @opaque_identity.register_fake  # type: ignore[misc]
+        @opaque_identity.register_fake
         def _(x: torch.Tensor) -> torch.Tensor:
             return torch.empty_like(x)
 
-        return opaque_identity  # type: ignore[no-any-return]
+        return opaque_identity
 
     # torch < 2.4: the lower-level Library API (kept so old environments still build)
     lib = torch.library.Library("speedwatch", "DEF")
@@ -54,7 +54,7 @@ def _define_opaque_identity() -> Callable[[torch.Tensor], torch.Tensor]:
     lib.impl("opaque_identity", lambda x: x.clone(), "CompositeExplicitAutograd")
     lib.impl("opaque_identity", lambda x: torch.empty_like(x), "Meta")
     _KEEP_ALIVE.append(lib)
-    return torch.ops.speedwatch.opaque_identity  # type: ignore[no-any-return]
+    return torch.ops.speedwatch.opaque_identity
 
 
 _KEEP_ALIVE: list[object] = []
@@ -65,7 +65,7 @@ class OpaqueIdentity(nn.Module):
     """Calls the custom op: numerically a no-op, structurally a wall between two fusable stages."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.speedwatch.opaque_identity(x)  # type: ignore[no-any-return]
+        return torch.ops.speedwatch.opaque_identity(x)
 
 
 def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:

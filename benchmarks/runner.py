@@ -1,0 +1,326 @@
+"""Measure one spec in this process: eager baseline vs the backend's candidate, paired.
+
+Owns the order of a measurement (validate, availability, build, reference, compile,
+accuracy, timing, statistics, memory, evidence, fingerprint) and the promise that a
+backend problem never escapes as an exception: it becomes a result with status "failed"
+(or "skipped" when the backend cannot run here) and a one-line reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from benchmarks import fingerprint, stats
+from benchmarks.accuracy import compare, tolerance
+from benchmarks.backends import BackendUnavailable, get_backend
+from benchmarks.models import build_model, example_input, model_dtype
+from benchmarks.result import BenchResult
+from benchmarks.spec import BenchSpec, SpecError
+from benchmarks.timing import PairedSamples, capture_cuda_graph, time_paired
+
+KERNEL_COUNT_INFERENCES = 5
+_REASON_MAX = 400
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def one_line(exc: BaseException) -> str:
+    """'Type: first line of the message', short enough for a table cell and a database row."""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    return text if len(text) <= _REASON_MAX else text[: _REASON_MAX - 3] + "..."
+
+
+def _maxrss_bytes() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss) if sys.platform == "darwin" else int(rss) * 1024
+
+
+@contextlib.contextmanager
+def _exact_fp32() -> Iterator[None]:
+    """TF32 off while computing the reference: the reference must be plain fp32."""
+    cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = cudnn
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+
+
+def count_kernels(fn: Callable[[], Any], inferences: int = KERNEL_COUNT_INFERENCES) -> float:
+    """GPU kernels launched per call of `fn`, from the profiler's device-side events.
+
+    Memory copies and memsets are not kernels and are left out; a fused program shows up
+    as fewer kernels per inference, which is the point of the number.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode():
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(inferences):
+                fn()
+            torch.cuda.synchronize()
+    kernels = [
+        e for e in prof.events()
+        if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
+    ]
+    return len(kernels) / inferences
+
+
+class _Peak:
+    """Peak memory of one phase: CUDA allocator peak on GPU, max-RSS growth on CPU."""
+
+    def __init__(self, on_cuda: bool) -> None:
+        self.on_cuda = on_cuda
+        self.start = 0
+
+    def __enter__(self) -> _Peak:
+        if self.on_cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self.start = _maxrss_bytes()
+        self.value = 0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on_cuda:
+            torch.cuda.synchronize()
+            self.value = int(torch.cuda.max_memory_allocated())
+        else:
+            self.value = max(0, _maxrss_bytes() - self.start)
+
+
+def _failed_or_skipped(
+    spec: BenchSpec, status: str, reason: str, device_class: str, started: str, t0: float,
+    fp: dict[str, Any] | None = None, spec_dict: dict[str, Any] | None = None,
+) -> BenchResult:
+    return BenchResult(
+        series_key=spec.series_key(device_class),
+        spec=spec_dict if spec_dict is not None else spec.to_dict(),
+        status=status,  # type: ignore[arg-type]
+        reason=reason,
+        fingerprint=fp or {},
+        started_at=started,
+        finished_at=_now(),
+        duration_seconds=time.perf_counter() - t0,
+    )
+
+
+def run_spec(spec: BenchSpec) -> BenchResult:
+    """One measured result for `spec`; never raises for a bad spec or a backend problem."""
+    started, t0 = _now(), time.perf_counter()
+    try:
+        spec.validate()
+    except SpecError as exc:
+        return _failed_or_skipped(spec, "failed", f"invalid spec: {exc}",
+                                  "cuda" if spec.device == "cuda" else "cpu", started, t0)
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        return _failed_or_skipped(spec, "skipped", "CUDA is not available here", "cuda",
+                                  started, t0)
+    device_class = fingerprint.device_class(spec.device)
+    try:
+        backend = get_backend(spec.backend)
+        why_not = backend.unavailable_reason(spec)
+    except ImportError as exc:
+        why_not = f"backend {spec.backend} cannot be imported: {one_line(exc)}"
+    except Exception as exc:
+        return _failed_or_skipped(spec, "failed", f"availability check: {one_line(exc)}",
+                                  device_class, started, t0)
+    if why_not is not None:
+        return _failed_or_skipped(spec, "skipped", why_not, device_class, started, t0,
+                                  fp=_safe_collect(spec.device))
+    try:
+        return _measure(spec, backend, device_class, started, t0)
+    except BackendUnavailable as exc:
+        return _failed_or_skipped(spec, "skipped", str(exc) or "backend unavailable",
+                                  device_class, started, t0, fp=_safe_collect(spec.device))
+    except _StageError as exc:
+        if spec.device == "cuda":
+            torch.cuda.empty_cache()
+        return _failed_or_skipped(spec, "failed", f"{exc.stage}: {one_line(exc.cause)}",
+                                  device_class, started, t0, fp=_safe_collect(spec.device))
+
+
+class _StageError(Exception):
+    """Carries which step failed, so the reason reads 'compile: ...' not just the error."""
+
+    def __init__(self, stage: str, cause: BaseException) -> None:
+        super().__init__(stage)
+        self.stage = stage
+        self.cause = cause
+
+
+def _safe_collect(device: str) -> dict[str, Any]:
+    try:
+        return fingerprint.collect(device)
+    except Exception as exc:
+        return {"error": one_line(exc)}
+
+
+@contextlib.contextmanager
+def _stage(name: str) -> Iterator[None]:
+    try:
+        yield
+    except (BackendUnavailable, _StageError):
+        raise
+    except Exception as exc:
+        raise _StageError(name, exc) from exc
+
+
+def _measure(
+    spec: BenchSpec, backend: Any, device_class: str, started: str, t0: float
+) -> BenchResult:
+    policy = spec.timing
+    on_cuda = spec.device == "cuda"
+    device = torch.device(spec.device)
+    dtype = model_dtype(spec.precision)
+    evidence: dict[str, Any] = {}
+    peak: dict[str, int] = {}
+    if on_cuda:
+        # Best conv algorithms for eager too: the baseline is eager as people deploy it.
+        torch.backends.cudnn.benchmark = True
+        evidence["cudnn_benchmark"] = True
+
+    with _stage("build"):
+        with _Peak(on_cuda) as p_base:
+            model = build_model(spec).to(device)
+            x32 = example_input(spec).to(device)
+            with torch.inference_mode(), _exact_fp32():
+                reference = model(x32).float()
+            model = model.to(dtype)
+            x = x32.to(dtype)
+            with torch.inference_mode():
+                baseline_out = model(x)
+        peak["baseline"] = p_base.value
+        tol = tolerance(spec.precision, spec.device)
+        evidence["baseline_accuracy"] = asdict(compare(baseline_out, reference, tol))
+        del baseline_out, x32
+
+    with _stage("compile"):
+        # A private copy: a backend that rewrites modules in place must not touch the baseline.
+        candidate_model = copy.deepcopy(model)
+        with _Peak(on_cuda) as p_compile:
+            tc = time.perf_counter()
+            compiled = backend.compile(candidate_model, x, spec)
+            if on_cuda:
+                torch.cuda.synchronize()
+            compile_call = time.perf_counter() - tc
+    with _stage("first run"), _Peak(on_cuda) as p_first:
+        tf = time.perf_counter()
+        with torch.inference_mode():
+            candidate_out = compiled.run(x)
+        if on_cuda:
+            torch.cuda.synchronize()
+        first_call = time.perf_counter() - tf
+    # Lazy compilers (torch.compile) do their work in the first call: count it.
+    compile_seconds = compile_call + first_call
+    evidence["compile"] = {"compile_call_seconds": compile_call, "first_call_seconds": first_call}
+    peak["candidate_compile"] = max(p_compile.value, p_first.value) if on_cuda \
+        else p_compile.value + p_first.value
+
+    with _stage("accuracy"):
+        accuracy = compare(candidate_out, reference, tol)
+        del candidate_out
+
+    with _stage("peak memory"):
+        with _Peak(on_cuda) as p_cand, torch.inference_mode():
+            compiled.run(x)
+        peak["candidate"] = p_cand.value if on_cuda else peak["candidate_compile"]
+
+    def baseline_fn() -> torch.Tensor:
+        return model(x)
+
+    def candidate_fn() -> torch.Tensor:
+        return compiled.run(x)
+
+    with _stage("cuda graph capture"):
+        base_timed, cand_timed = baseline_fn, candidate_fn
+        graphs = {"baseline": False, "candidate": False}
+        if on_cuda and policy.cuda_graphs:
+            with torch.inference_mode():
+                base_timed = capture_cuda_graph(baseline_fn)
+                graphs["baseline"] = True
+                if compiled.cuda_graph_safe:
+                    try:
+                        cand_timed = capture_cuda_graph(candidate_fn)
+                        graphs["candidate"] = True
+                    except Exception as exc:
+                        evidence["candidate_cuda_graph_error"] = one_line(exc)
+                else:
+                    evidence["candidate_cuda_graph_error"] = "backend says not capturable"
+
+    nvml_start = fingerprint.collect_nvml() if on_cuda else None
+    with _stage("timing"):
+        samples: PairedSamples = time_paired(base_timed, cand_timed, policy, device=spec.device)
+    nvml_end = fingerprint.collect_nvml() if on_cuda else None
+    evidence["timing"] = {
+        "rounds": samples.rounds,
+        "iters_per_round": max(1, policy.iters_per_round),
+        "stopped_by": samples.stopped_by,
+        "timing_seconds": samples.timing_seconds,
+        "cuda_graphs": graphs,
+        "clock": "cuda_event" if on_cuda else "perf_counter_ns",
+    }
+
+    with _stage("statistics"):
+        base_summary = stats.summary(samples.baseline_ms)
+        cand_summary = stats.summary(samples.candidate_ms)
+        speedup = stats.speedup_ci(
+            samples.baseline_ms, samples.candidate_ms,
+            resamples=policy.bootstrap_resamples, seed=policy.seed,
+        )
+
+    if on_cuda:
+        try:
+            evidence["kernels_per_inference"] = {
+                "baseline": count_kernels(baseline_fn),
+                "candidate": count_kernels(candidate_fn),
+            }
+        except Exception as exc:  # evidence is a bonus; never lose the measurement over it
+            evidence["kernels_per_inference_error"] = one_line(exc)
+    evidence.update(compiled.evidence)
+
+    fp = fingerprint.finish(_safe_collect(spec.device), nvml_start, nvml_end)
+    if compiled.versions:
+        fp["backend_versions"] = dict(compiled.versions)
+    reason = None
+    if not accuracy.passed:
+        reason = (f"accuracy: relative L2 error {accuracy.rel_l2:.3g} exceeds the "
+                  f"{spec.precision} tolerance {accuracy.tolerance:.3g}")
+    return BenchResult(
+        series_key=spec.series_key(fp.get("device_class", device_class)),
+        spec=spec.to_dict(),
+        status="ok",
+        reason=reason,
+        baseline_samples_ms=samples.baseline_ms,
+        candidate_samples_ms=samples.candidate_ms,
+        baseline=base_summary,
+        candidate=cand_summary,
+        speedup=speedup,
+        accuracy=accuracy,
+        compile_seconds=compile_seconds,
+        peak_memory_bytes=peak,
+        evidence=evidence,
+        fingerprint=fp,
+        started_at=started,
+        finished_at=_now(),
+        duration_seconds=time.perf_counter() - t0,
+    )
