@@ -1,0 +1,83 @@
+"""Child-process entry point: `python -m benchmarks.child SPEC.json OUT.json`.
+
+Reads one spec, measures it with `run_spec`, writes one result document (atomically: a
+half-written file must never look like a result). Imports only `benchmarks`, so it runs in
+any environment that has torch and the backend under test, without the service.
+
+Fault injection (tests only): with the environment variable SPEEDWATCH_ALLOW_FAULTS=1,
+`spec.options["_fault"]` may be "segfault", "hang", "oom" or "raise", and the child then
+crashes that way before measuring, so the parent's failure handling can be tested for
+real. Without the variable the option is ignored (and stays in the spec), so a stray
+option in production data cannot crash a worker.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+FAULT_ENV = "SPEEDWATCH_ALLOW_FAULTS"
+FAULTS = ("segfault", "hang", "oom", "raise")
+
+
+def inject_fault(kind: str) -> None:
+    """Crash the way real benchmarks crash; each branch does not return."""
+    if kind == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(10)  # the signal is delivered asynchronously; never carry on
+    elif kind == "hang":
+        while True:
+            time.sleep(1)
+    elif kind == "oom":
+        import resource
+
+        # Cap the address space just above what is mapped now, then ask for more: a real
+        # MemoryError without pushing the shared machine into its OOM killer.
+        with open("/proc/self/statm", encoding="ascii") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (64 << 20), resource.RLIM_INFINITY))
+        hog = bytearray(1 << 30)
+        del hog
+    elif kind == "raise":
+        raise RuntimeError("injected fault: raise")
+    raise ValueError(f"_fault: {kind!r} is not one of {', '.join(FAULTS)}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m benchmarks.child SPEC.json OUT.json", file=sys.stderr)
+        return 2
+    spec_path, out_path = Path(argv[0]), Path(argv[1])
+    # A native crash (segfault in a backend) then leaves a Python traceback in the stderr
+    # tail the parent reports; the process still dies by the signal.
+    faulthandler.enable()
+    from benchmarks.spec import BenchSpec
+
+    spec = BenchSpec.from_dict(json.loads(spec_path.read_text(encoding="utf-8")))
+    fault = spec.options.get("_fault")
+    if fault is not None:
+        if os.environ.get(FAULT_ENV) == "1":
+            inject_fault(str(fault))
+        else:
+            print(f"ignoring options._fault={fault!r}: {FAULT_ENV} is not set", file=sys.stderr)
+
+    from benchmarks.runner import run_spec
+
+    result = run_spec(spec)
+    _write_atomic(out_path, result.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
