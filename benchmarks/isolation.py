@@ -12,6 +12,7 @@ benchmarks in environments (`python=`) that it does not share.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -63,10 +64,8 @@ def _signal_name(num: int) -> str:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _failed(spec: BenchSpec, reason: str, tail: str, started: float) -> BenchResult:
