@@ -27,13 +27,11 @@ if TYPE_CHECKING:
 
 RUN_CELL_TASK = "speedwatch.run_cell"
 RECONCILE_TASK = "speedwatch.reconcile"
-GENERIC_GPU_QUEUE = "gpu"
 
 
 def queue_names(settings: Settings) -> list[str]:
-    """Every queue a worker may consume: cpu, gpu, and one per configured GPU class."""
-    names = [settings.cpu_queue, GENERIC_GPU_QUEUE, *settings.gpu_queues.values()]
-    return list(dict.fromkeys(names))
+    """Every queue a worker may consume: the cpu queue and one per configured GPU class."""
+    return settings.queue_names()
 
 
 def time_limits(settings: Settings) -> tuple[float, float]:

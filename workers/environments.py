@@ -96,10 +96,10 @@ def _refusal(pin: str) -> str:
         return "environment markers (;) are not allowed"
     if any(c.isspace() for c in pin):
         return "whitespace is not allowed"
+    if "==" not in pin or re.search(r"[<>~!]|===|\*", pin):
+        return "only exact pins name==version are allowed (no ranges or wildcards)"
     if any(c in _SHELL_METACHARACTERS for c in pin):
         return "shell metacharacters are not allowed"
-    if "==" not in pin:
-        return "only exact pins name==version are allowed"
     return "must be name==version with a plain release version such as 1.22.0"
 
 

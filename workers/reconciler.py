@@ -1,0 +1,149 @@
+"""The safety net under at-least-once delivery: cells that stopped moving get moving again.
+
+Messages can be lost (broker restarted without persistence, API committed but the broker was
+down, a worker host vanished), and a worker can die in the middle of a cell. The store knows
+which cells should be moving, so a periodic sweep (Celery beat) decides from SQL alone:
+
+- never enqueued (`enqueued_at` NULL) for a minute: enqueue now.
+- queued and last sent more than `reconcile_after_seconds` ago: send again (a duplicate
+  message is harmless). A busy queue legitimately holds cells for hours, so a queued cell
+  fails only when it has waited `max_cell_attempts` deadlines *and* no worker has started
+  any cell from its queue within the last deadline ("no worker consumes queue X").
+- running, not updated for `reconcile_after_seconds`: the worker is presumed lost; put back
+  to queued and send again while `attempts < max_cell_attempts`, else fail with the reason.
+
+Re-sending is safe because the task body is idempotent. Keep `reconcile_after_seconds`
+above the longest cell (`cell_timeout_seconds` plus an environment build), or a slow cell
+that is still running gets a second, wasted run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, or_, select
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from app.config import Settings
+    from app.models import Cell
+
+log = logging.getLogger(__name__)
+
+# A cell the API has just committed but not yet sent must not be sent twice.
+NEVER_ENQUEUED_GRACE_S = 60.0
+
+
+@dataclass
+class ReconcileReport:
+    requeued: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"requeued": len(self.requeued), "failed": len(self.failed)}
+
+
+Enqueue = Callable[[Sequence[tuple[int, str]]], None]
+
+
+def reconcile(
+    *,
+    now: datetime | None = None,
+    settings: Settings | None = None,
+    enqueue: Enqueue | None = None,
+) -> ReconcileReport:
+    """One sweep; commits its decisions, then sends the re-queued cells via `enqueue`."""
+    from app.config import get_settings
+    from app.db import session_scope
+
+    settings = settings or get_settings()
+    now = now or datetime.now(timezone.utc)
+    if enqueue is None:
+        from workers.dispatch import enqueue_cells
+
+        enqueue = enqueue_cells
+    with session_scope(settings) as session:
+        report, to_send = _decide(session, settings, now)
+    if to_send:
+        enqueue(to_send)
+    if report.requeued or report.failed:
+        log.info("reconciler: re-queued %s, failed %s", report.requeued, report.failed)
+    return report
+
+
+def _decide(
+    session: Session, settings: Settings, now: datetime
+) -> tuple[ReconcileReport, list[tuple[int, str]]]:
+    from app.services.runs import fail_cell, finish_run_if_complete
+
+    from app.models import Cell
+
+    after = timedelta(seconds=settings.reconcile_after_seconds)
+    grace = timedelta(seconds=NEVER_ENQUEUED_GRACE_S)
+    report = ReconcileReport()
+    to_send: list[tuple[int, str]] = []
+    stuck = session.scalars(
+        select(Cell)
+        .where(
+            or_(
+                (Cell.status == "queued") & Cell.enqueued_at.is_(None)
+                & (Cell.created_at < now - grace),
+                (Cell.status == "queued") & (Cell.enqueued_at < now - after),
+                (Cell.status == "running") & (Cell.updated_at < now - after),
+            )
+        )
+        .order_by(Cell.id)
+        .with_for_update(skip_locked=True)
+    ).all()
+    queues = {c.queue for c in stuck if c.status == "queued"}
+    last_start = {
+        q: session.scalar(select(func.max(Cell.started_at)).where(Cell.queue == q))
+        for q in sorted(queues)
+    }
+    runs_touched: set[int] = set()
+    for cell in stuck:
+        reason = _give_up_reason(cell, settings, now, after, last_start.get(cell.queue))
+        if reason is not None:
+            fail_cell(session, cell.id, reason)
+            report.failed.append(cell.id)
+            runs_touched.add(cell.run_id)
+            continue
+        if cell.status == "running":
+            cell.error = (
+                f"attempt {cell.attempts} lost: no progress for "
+                f"{settings.reconcile_after_seconds} s; sent again"
+            )
+        cell.status = "queued"
+        cell.enqueued_at = now
+        cell.updated_at = now
+        to_send.append((cell.id, cell.queue))
+        report.requeued.append(cell.id)
+    session.flush()
+    for run_id in sorted(runs_touched):
+        finish_run_if_complete(session, run_id)
+    return report, to_send
+
+
+def _give_up_reason(
+    cell: Cell, settings: Settings, now: datetime, after: timedelta,
+    queue_last_start: datetime | None,
+) -> str | None:
+    limit = settings.max_cell_attempts
+    if cell.status == "running" and cell.attempts >= limit:
+        return (
+            f"gave up after {cell.attempts} attempts: the last one made no progress for "
+            f"{settings.reconcile_after_seconds} s (worker lost or stuck)"
+        )
+    queue_idle = queue_last_start is None or queue_last_start < now - after
+    if cell.status == "queued" and queue_idle and cell.created_at < now - after * limit:
+        return (
+            f"no worker consumes queue {cell.queue!r}: the cell waited "
+            f"{settings.reconcile_after_seconds * limit} s and no cell of that queue started "
+            f"in the last {settings.reconcile_after_seconds} s"
+        )
+    return None

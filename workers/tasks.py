@@ -1,0 +1,153 @@
+"""The task that runs one cell, and its body shared with the embedded local executor.
+
+A cell can be delivered more than once (a worker died, the reconciler re-sent it), so the
+body relies on the store for idempotency: `claim_cell` returns None for a finished cell and
+`record_result` keeps one result per cell. Nothing a cell does may kill the worker: the
+benchmark runs in a child process, and every failure in the body becomes `fail_cell` with a
+reason a person can act on.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+
+from workers.celery_app import RECONCILE_TASK, RUN_CELL_TASK, celery_app
+
+log = logging.getLogger(__name__)
+
+MAX_REASON = 2000
+
+
+@dataclass(frozen=True)
+class CellEnvironment:
+    """What the claimed cell runs in, read from its run's environment."""
+
+    run_id: int
+    pins: list[str]
+    interpreter: str | None
+
+
+def execute_cell(cell_id: int) -> str:
+    """Run one cell to a stored outcome; returns "done", "failed" or "already-finished".
+
+    Raises only when the store itself is unreachable; the cell then stays queued/running
+    and the reconciler sends it again.
+    """
+    from app.services.runs import claim_cell, finish_run_if_complete, record_result
+
+    from app.config import get_settings
+    from app.db import session_scope
+    from benchmarks.isolation import run_isolated
+    from benchmarks.result import BenchResult
+
+    settings = get_settings()
+    with session_scope() as session:
+        spec = claim_cell(session, cell_id)
+        if spec is None:
+            return "already-finished"
+        env = _cell_environment(session, cell_id)
+
+    outcome = "failed"
+    try:
+        python = resolve_python(env.pins, env.interpreter)
+        result: BenchResult = run_isolated(
+            spec, timeout_s=float(settings.cell_timeout_seconds), python=python
+        )
+        _annotate(result, env, python)
+        with session_scope() as session:
+            record_result(session, cell_id, result)
+        outcome = "done"
+    except SoftTimeLimitExceeded:
+        _fail(cell_id, "task time limit reached (environment build or benchmark too slow)")
+    except Exception as exc:  # a bad cell fails; the worker carries on with the next one
+        log.warning("cell %s failed: %s", cell_id, exc, exc_info=True)
+        _fail(cell_id, _reason(exc))
+    finally:
+        with session_scope() as session:
+            finish_run_if_complete(session, env.run_id)
+    return outcome
+
+
+def resolve_python(pins: list[str], interpreter: str | None) -> str:
+    """The interpreter for an environment: a named one from settings, or a cached venv."""
+    from workers.environments import EnvironmentBuildError, materialize
+
+    if interpreter:
+        from app.config import get_settings
+
+        known: dict[str, str] = dict(getattr(get_settings(), "interpreters", None) or {})
+        if interpreter not in known:
+            raise EnvironmentBuildError(
+                f"interpreter {interpreter!r} is not configured on this worker "
+                f"(known: {', '.join(sorted(known)) or 'none'})"
+            )
+        if pins:
+            raise EnvironmentBuildError("an environment is either pins or an interpreter")
+        return known[interpreter]
+    return materialize(pins)
+
+
+def _cell_environment(session: Any, cell_id: int) -> CellEnvironment:
+    from app.models import Cell
+
+    cell = session.get(Cell, cell_id)
+    environment = cell.run.environment
+    return CellEnvironment(
+        run_id=cell.run_id,
+        pins=list(environment.pins or []),
+        interpreter=environment.interpreter,
+    )
+
+
+def _annotate(result: Any, env: CellEnvironment, python: str) -> None:
+    """Store what the cell asked for beside what the child found installed."""
+    from workers.environments import installed_versions, normalize_name
+
+    fingerprint = result.fingerprint
+    fingerprint["environment"] = {
+        "requested": env.pins, "interpreter": env.interpreter, "python": python,
+    }
+    if env.pins:
+        installed = installed_versions(python)
+        packages = dict(fingerprint.get("packages") or {})
+        for pin in env.pins:
+            name = normalize_name(pin.split("==")[0])
+            if name in installed:
+                packages[name] = installed[name]
+        fingerprint["packages"] = packages
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    reason = f"{type(exc).__name__}: {text}"
+    return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
+
+
+def _fail(cell_id: int, reason: str) -> None:
+    from app.services.runs import fail_cell
+
+    from app.db import session_scope
+
+    with session_scope() as session:
+        fail_cell(session, cell_id, reason)
+
+
+@celery_app.task(name=RUN_CELL_TASK, acks_late=True, reject_on_worker_lost=True)
+def run_cell(cell_id: int) -> str:
+    """Celery entry point; the message carries the cell id and nothing else."""
+    outcome = execute_cell(int(cell_id))
+    log.info("cell %s: %s", cell_id, outcome)
+    return outcome
+
+
+@celery_app.task(name=RECONCILE_TASK, acks_late=False)
+def reconcile_task() -> dict[str, int]:
+    """Beat's periodic sweep; see workers.reconciler."""
+    from workers.reconciler import reconcile
+
+    return reconcile().as_dict()
