@@ -79,9 +79,8 @@ def reconcile(
 def _decide(
     session: Session, settings: Settings, now: datetime
 ) -> tuple[ReconcileReport, list[tuple[int, str]]]:
-    from app.services.runs import fail_cell, finish_run_if_complete
-
     from app.models import Cell
+    from app.services.runs import fail_cell, finish_run_if_complete
 
     after = timedelta(seconds=settings.reconcile_after_seconds)
     grace = timedelta(seconds=NEVER_ENQUEUED_GRACE_S)

@@ -38,10 +38,9 @@ def execute_cell(cell_id: int) -> str:
     Raises only when the store itself is unreachable; the cell then stays queued/running
     and the reconciler sends it again.
     """
-    from app.services.runs import claim_cell, finish_run_if_complete, record_result
-
     from app.config import get_settings
     from app.db import session_scope
+    from app.services.runs import claim_cell, finish_run_if_complete, record_result
     from benchmarks.isolation import run_isolated
     from benchmarks.result import BenchResult
 
@@ -129,9 +128,8 @@ def _reason(exc: BaseException) -> str:
 
 
 def _fail(cell_id: int, reason: str) -> None:
-    from app.services.runs import fail_cell
-
     from app.db import session_scope
+    from app.services.runs import fail_cell
 
     with session_scope() as session:
         fail_cell(session, cell_id, reason)

@@ -64,7 +64,7 @@ MALICIOUS = [
     "onnxruntime==1.22.0\\",
     # look-alike characters and non-ASCII digits
     "onnxruntime==\u0661.22.0",
-    "onnxruntіme==1.22.0",  # Cyrillic i
+    "onnxrunt\u0456me==1.22.0",  # Cyrillic i
     "onnxruntime==1.22.0\x00",
     "",
     " ",
