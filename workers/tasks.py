@@ -48,6 +48,11 @@ def execute_cell(cell_id: int) -> str:
     with session_scope() as session:
         spec = claim_cell(session, cell_id)
         if spec is None:
+            # Finished already (a redelivery), unknown, or just failed by claim_cell for
+            # running out of attempts: in that last case the run may now be complete.
+            run_id = _run_of(session, cell_id)
+            if run_id is not None:
+                finish_run_if_complete(session, run_id)
             return "already-finished"
         env = _cell_environment(session, cell_id)
 
@@ -89,6 +94,13 @@ def resolve_python(pins: list[str], interpreter: str | None) -> str:
             raise EnvironmentBuildError("an environment is either pins or an interpreter")
         return known[interpreter]
     return materialize(pins)
+
+
+def _run_of(session: Any, cell_id: int) -> int | None:
+    from app.models import Cell
+
+    cell = session.get(Cell, cell_id)
+    return None if cell is None else int(cell.run_id)
 
 
 def _cell_environment(session: Any, cell_id: int) -> CellEnvironment:
