@@ -1,0 +1,120 @@
+"""Service settings: one pydantic-settings class read from `SPEEDWATCH_*` environment variables.
+
+Every knob of the API, the store and the workers lives here so that a deployment is described
+by its environment alone. Settings that are only safe on a developer's machine (an embedded
+SQLite file, a placeholder password, anonymous reads of a local dev server) are refused when
+`environment` is "production", so a forgotten variable fails the start instead of shipping.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Package names (PEP 503 normalised) a trigger may pin; anything else is refused at the API
+# and again at the worker, so a CI token cannot make a worker install arbitrary code.
+DEFAULT_ENV_ALLOWLIST = [
+    "torch",
+    "torchvision",
+    "torch-tensorrt",
+    "tensorrt",
+    "tensorrt-cu12",
+    "tensorrt-cu12-bindings",
+    "tensorrt-cu12-libs",
+    "onnx",
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxscript",
+    "numpy",
+]
+
+# Passwords that appear in examples and compose files; a production URL must not use them.
+PLACEHOLDER_PASSWORDS = {"changethis", "changeme", "password", "postgres", "speedwatch", "secret"}
+
+Executor = Literal["local", "celery", "none"]
+
+
+class Settings(BaseSettings):
+    """All settings; see docs/CONTRACTS.md "Settings" for the contract with the workers."""
+
+    model_config = SettingsConfigDict(env_prefix="SPEEDWATCH_", extra="ignore")
+
+    environment: Literal["development", "production"] = "development"
+    database_url: str = "sqlite:///./var/speedwatch.db"
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    # local: in-process thread pool (the embedded default); celery: Redis broker + workers;
+    # none: record only -- runs and cells are stored but never executed (API tests, a
+    # read-only replica, or an API whose workers are enqueued by someone else).
+    executor: Executor = "local"
+    cpu_queue: str = "cpu"
+    # device (as given in a run's matrix) -> Celery queue. "cuda" means "any GPU"; add
+    # per-class entries such as {"nvidia-h100": "gpu-h100"} to route by GPU model.
+    gpu_queues: dict[str, str] = Field(default_factory=lambda: {"cuda": "gpu"})
+    env_allowlist: list[str] = Field(default_factory=lambda: list(DEFAULT_ENV_ALLOWLIST))
+    # Named interpreters a worker may run cells in: {"trt-2.7": "/opt/trt27/bin/python"}.
+    interpreters: dict[str, str] = Field(default_factory=dict)
+    venv_cache_dir: Path = Path("./var/venvs")
+    cell_timeout_seconds: int = Field(default=1800, ge=10)
+    reconcile_after_seconds: int = Field(default=3600, ge=10)
+    max_cell_attempts: int = Field(default=3, ge=1)
+    # True: GET endpoints answer without a token; False: they need a token with `read` scope.
+    public_reads: bool = True
+    max_matrix_cells: int = Field(default=256, ge=1)
+    max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
+    # Database connection behaviour: an unreachable or stuck database must become a 503
+    # within seconds, not a request that hangs until the client gives up.
+    db_connect_timeout_seconds: int = Field(default=5, ge=1)
+    db_statement_timeout_ms: int = Field(default=15_000, ge=100)
+    db_pool_size: int = Field(default=5, ge=1)
+    # `speedwatch serve`
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    @model_validator(mode="after")
+    def _refuse_insecure_production(self) -> Settings:
+        if self.environment != "production":
+            return self
+        problems: list[str] = []
+        if self.database_url.startswith("sqlite"):
+            problems.append("database_url: SQLite is the embedded default, not a production store")
+        for name in ("database_url", "broker_url"):
+            password = _url_password(getattr(self, name))
+            if password is not None and password.lower() in PLACEHOLDER_PASSWORDS:
+                problems.append(f"{name}: uses the placeholder password {password!r}")
+        if self.executor == "local":
+            problems.append("executor: 'local' runs benchmarks inside the API process")
+        if problems:
+            raise ValueError("refusing insecure production settings: " + "; ".join(problems))
+        return self
+
+    def queue_for_device(self, device: str) -> str:
+        """The Celery queue that runs cells for `device` ("cpu", "cuda" or a GPU class)."""
+        if device == "cpu":
+            return self.cpu_queue
+        if device in self.gpu_queues:
+            return self.gpu_queues[device]
+        raise KeyError(device)
+
+    def devices(self) -> list[str]:
+        """Every device a run may ask for: cpu plus the keys of gpu_queues."""
+        return ["cpu", *sorted(self.gpu_queues)]
+
+    def queue_names(self) -> list[str]:
+        """All queues, for workers and the Celery app to declare explicitly."""
+        return sorted({self.cpu_queue, *self.gpu_queues.values()})
+
+
+def _url_password(url: str) -> str | None:
+    match = re.match(r"^[a-z0-9+]+://[^:/@]*:([^@]*)@", url)
+    return match.group(1) if match else None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings; tests call `get_settings.cache_clear()` after changing env."""
+    return Settings()

@@ -1,0 +1,130 @@
+"""Domain exceptions and their HTTP mapping.
+
+Services raise these with messages that are safe to show a client; the API edge turns them
+into 4xx answers. Infrastructure failures (database unreachable, statement timeout, pool
+exhausted) become 503 with a one-line reason, never a bare 500 or a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+log = logging.getLogger(__name__)
+
+
+class SpeedwatchError(Exception):
+    """Base of errors whose message may be shown to the client."""
+
+    status_code = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(SpeedwatchError):
+    """Input that is well-formed JSON but not acceptable; `field` names what to fix."""
+
+    status_code = 422
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.field_message = message
+
+
+class NotFound(SpeedwatchError):
+    status_code = 404
+
+
+class Conflict(SpeedwatchError):
+    status_code = 409
+
+
+class Unauthorized(SpeedwatchError):
+    status_code = 401
+
+
+class Forbidden(SpeedwatchError):
+    status_code = 403
+
+
+class ServiceUnavailable(SpeedwatchError):
+    status_code = 503
+
+
+DATABASE_ERRORS = (OperationalError, InterfaceError, PoolTimeoutError)
+
+
+def database_reason(exc: BaseException) -> str:
+    """First line of the driver's message (host and port, never the password)."""
+    original = getattr(exc, "orig", None) or exc
+    text = str(original).strip().splitlines()
+    line = text[0] if text else type(original).__name__
+    return line[:300]
+
+
+def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
+    """("body", "matrix", "models", 1) -> "matrix.models[1]"."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:] if parts[0] == "body" else parts
+    name = ""
+    for part in parts:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        else:
+            name += ("." if name else "") + str(part)
+    return name or "body"
+
+
+def _error_body(detail: str, errors: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"detail": detail}
+    if errors is not None:
+        body["errors"] = errors
+    return body
+
+
+def install_exception_handlers(app: FastAPI) -> None:
+    @app.exception_handler(SpeedwatchError)
+    async def _domain(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, SpeedwatchError)
+        errors = None
+        if isinstance(exc, InvalidRequest):
+            errors = [{"field": exc.field, "message": exc.field_message}]
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        return JSONResponse(
+            _error_body(exc.message, errors), status_code=exc.status_code, headers=headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = []
+        for error in exc.errors():
+            message = str(error.get("msg", "invalid"))
+            message = message.removeprefix("Value error, ")
+            if error.get("type") == "extra_forbidden":
+                message = "unknown field"
+            errors.append({"field": _field_name(error.get("loc", ())), "message": message})
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"
+        return JSONResponse(_error_body(detail, errors), status_code=422)
+
+    async def _database(_request: Request, exc: Exception) -> JSONResponse:
+        reason = database_reason(exc)
+        log.warning("database unavailable: %s", reason)
+        return JSONResponse(
+            _error_body(f"database unavailable: {reason}"),
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+
+    for exc_type in DATABASE_ERRORS:
+        app.add_exception_handler(exc_type, _database)

@@ -1,0 +1,300 @@
+"""The ORM: what the service stores, and the invariants the database itself enforces.
+
+Storage classes only; API shapes live in app/schemas.py so storage fields never leak.
+Statuses are short strings with CHECK constraints (not native enums) so that SQLite and
+PostgreSQL run the same migrations and adding a status is a one-line migration.
+
+Shape of the data:
+  project 1-n run n-1 environment;  run 1-n cell 1-1 result n-1 series
+A result always belongs to a cell. Results measured elsewhere (POST /api/v1/results) get an
+"ingest" run per project + revision + environment, and one cell per spec in it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+RUN_STATUSES = ("queued", "running", "done", "failed")
+RUN_TERMINAL = ("done", "failed")
+VERDICTS = ("pass", "regression", "error")
+CELL_STATUSES = ("queued", "running", "done", "failed", "skipped")
+CELL_TERMINAL = ("done", "failed", "skipped")
+RESULT_STATUSES = ("ok", "failed", "skipped")
+TOKEN_SCOPES = ("read", "ci", "admin")
+RUN_KINDS = ("triggered", "ingest")
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps stored with time zone on PostgreSQL and read back as aware UTC everywhere.
+
+    SQLite drops the zone; without this, the same query would give naive datetimes on the
+    embedded default and aware ones in production.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        if value is not None and dialect.name == "sqlite":
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Environment(Base):
+    """Software under test: requested pins (or a named interpreter) and what got installed.
+
+    `content_hash` identifies the request (sorted, normalised pins or the interpreter name),
+    which is also what a worker's cached virtualenv is keyed by.
+    """
+
+    __tablename__ = "environments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    pins: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    interpreter: Mapped[str | None] = mapped_column(String(64))
+    # name -> version as last reported by a worker for this environment
+    installed: Mapped[dict[str, str]] = mapped_column(JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("project_id", "idempotency_key"),
+        Index("ix_runs_project_id_created_at", "project_id", "created_at"),
+        Index("ix_runs_project_id_request_hash", "project_id", "request_hash"),
+        Index("ix_runs_status", "status"),
+        CheckConstraint(_in("status", RUN_STATUSES), name="status"),
+        CheckConstraint(f"verdict IS NULL OR {_in('verdict', VERDICTS)}", name="verdict"),
+        CheckConstraint(_in("kind", RUN_KINDS), name="kind"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"))
+    kind: Mapped[str] = mapped_column(String(16), default="triggered")
+    revision: Mapped[str] = mapped_column(String(200))
+    branch: Mapped[str | None] = mapped_column(String(200))
+    trigger: Mapped[str] = mapped_column(String(32), default="api")
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    verdict: Mapped[str | None] = mapped_column(String(16))
+    reasons: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    # The client's Idempotency-Key, or "sha256:<request_hash>" when none was sent, so the
+    # unique constraint also settles two identical requests racing each other.
+    idempotency_key: Mapped[str] = mapped_column(String(200))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    matrix: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    project: Mapped[Project] = relationship(lazy="joined", innerjoin=True)
+    environment: Mapped[Environment] = relationship(lazy="joined", innerjoin=True)
+    cells: Mapped[list[Cell]] = relationship(
+        back_populates="run", order_by="Cell.id", cascade="all, delete-orphan"
+    )
+
+
+class Cell(Base):
+    """One matrix point of a run: the unit a worker claims, runs and reports."""
+
+    __tablename__ = "cells"
+    __table_args__ = (
+        UniqueConstraint("run_id", "spec_hash"),
+        Index("ix_cells_run_id_status", "run_id", "status"),
+        Index("ix_cells_status_updated_at", "status", "updated_at"),
+        CheckConstraint(_in("status", CELL_STATUSES), name="status"),
+        CheckConstraint("attempts >= 0", name="attempts"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    # Predicted from the requested device when queued; replaced by the result's key (which
+    # carries the device class the worker actually ran on) when the result lands.
+    series_key: Mapped[str] = mapped_column(String(300))
+    queue: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    # Set once the cell's id was handed to the broker; NULL means "never enqueued" (broker
+    # down at trigger time) and tells the reconciler / a retried trigger to enqueue it.
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    run: Mapped[Run] = relationship(back_populates="cells")
+    result: Mapped[Result | None] = relationship(back_populates="cell", uselist=False)
+
+
+class Series(Base):
+    """Everything that must stay equal for two results to compare; axes parsed for filters."""
+
+    __tablename__ = "series"
+    __table_args__ = (
+        Index("ix_series_model_backend", "model", "backend"),
+        Index("ix_series_device_class", "device_class"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(300), unique=True)
+    model: Mapped[str] = mapped_column(String(100))
+    backend: Mapped[str] = mapped_column(String(50))
+    weights: Mapped[str] = mapped_column(String(20))
+    precision: Mapped[str] = mapped_column(String(20))
+    batch_size: Mapped[int] = mapped_column(Integer)
+    shape_mode: Mapped[str] = mapped_column(String(20))
+    device_class: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Result(Base):
+    """One measured (or failed/skipped) cell: raw samples, summaries, speedup CI, evidence."""
+
+    __tablename__ = "results"
+    __table_args__ = (
+        Index("ix_results_series_id_created_at", "series_id", "created_at"),
+        Index("ix_results_run_id", "run_id"),
+        CheckConstraint(_in("status", RESULT_STATUSES), name="status"),
+        CheckConstraint(
+            "baseline_median_ms IS NULL OR baseline_median_ms > 0", name="baseline_median_pos"
+        ),
+        CheckConstraint(
+            "candidate_median_ms IS NULL OR candidate_median_ms > 0", name="candidate_median_pos"
+        ),
+        CheckConstraint(
+            "(baseline_p05_ms IS NULL OR baseline_p05_ms > 0)"
+            " AND (baseline_p95_ms IS NULL OR baseline_p95_ms > 0)"
+            " AND (candidate_p05_ms IS NULL OR candidate_p05_ms > 0)"
+            " AND (candidate_p95_ms IS NULL OR candidate_p95_ms > 0)",
+            name="percentiles_pos",
+        ),
+        CheckConstraint(
+            "speedup IS NULL OR (speedup > 0 AND ci_low > 0 AND ci_low <= speedup"
+            " AND speedup <= ci_high)",
+            name="speedup_ci",
+        ),
+        CheckConstraint("status <> 'ok' OR speedup IS NOT NULL", name="ok_has_speedup"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), unique=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    series_id: Mapped[int] = mapped_column(ForeignKey("series.id"))
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    schema_version: Mapped[int] = mapped_column(Integer)
+    # sha256 of the canonical document: an identical re-POST is recognised as a retry.
+    document_hash: Mapped[str] = mapped_column(String(64))
+    baseline_samples_ms: Mapped[list[list[float]]] = mapped_column(JSONType, default=list)
+    candidate_samples_ms: Mapped[list[list[float]]] = mapped_column(JSONType, default=list)
+    samples_per_side: Mapped[int | None] = mapped_column(Integer)
+    baseline_median_ms: Mapped[float | None] = mapped_column(Float)
+    baseline_iqr_ms: Mapped[float | None] = mapped_column(Float)
+    baseline_p05_ms: Mapped[float | None] = mapped_column(Float)
+    baseline_p95_ms: Mapped[float | None] = mapped_column(Float)
+    baseline_mean_ms: Mapped[float | None] = mapped_column(Float)
+    candidate_median_ms: Mapped[float | None] = mapped_column(Float)
+    candidate_iqr_ms: Mapped[float | None] = mapped_column(Float)
+    candidate_p05_ms: Mapped[float | None] = mapped_column(Float)
+    candidate_p95_ms: Mapped[float | None] = mapped_column(Float)
+    candidate_mean_ms: Mapped[float | None] = mapped_column(Float)
+    speedup: Mapped[float | None] = mapped_column(Float)
+    ci_low: Mapped[float | None] = mapped_column(Float)
+    ci_high: Mapped[float | None] = mapped_column(Float)
+    ci_confidence: Mapped[float | None] = mapped_column(Float)
+    ci_method: Mapped[str | None] = mapped_column(String(64))
+    accuracy_rel_l2: Mapped[float | None] = mapped_column(Float)
+    accuracy_max_abs: Mapped[float | None] = mapped_column(Float)
+    accuracy_tolerance: Mapped[float | None] = mapped_column(Float)
+    accuracy_passed: Mapped[bool | None] = mapped_column(Boolean)
+    compile_seconds: Mapped[float | None] = mapped_column(Float)
+    peak_memory_bytes: Mapped[dict[str, int]] = mapped_column(JSONType, default=dict)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    fingerprint: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    installed_versions: Mapped[dict[str, str]] = mapped_column(JSONType, default=dict)
+    started_at: Mapped[str | None] = mapped_column(String(40))  # as reported (ISO 8601)
+    finished_at: Mapped[str | None] = mapped_column(String(40))
+    duration_seconds: Mapped[float | None] = mapped_column(Float)
+    stderr_tail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    cell: Mapped[Cell] = relationship(back_populates="result")
+    series: Mapped[Series] = relationship(lazy="joined", innerjoin=True)
+
+
+class ApiToken(Base):
+    """A bearer token; only its sha256 is stored, the plaintext is shown once at creation."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint("name <> ''", name="name_not_empty"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

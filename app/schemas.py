@@ -1,0 +1,302 @@
+"""API shapes: request bodies (strict: unknown fields are refused) and `...Public` responses.
+
+Kept apart from the ORM so that what the API promises changes only on purpose: every
+response is built from one of these classes, never from a storage object directly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+
+from benchmarks.spec import BACKENDS, MODELS, PRECISIONS, SHAPE_MODES, WEIGHTS
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PublicModel(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+def _one_of(allowed: tuple[str, ...]) -> AfterValidator:
+    """Restrict a string to `allowed`, with a message that lists them."""
+
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise ValueError(f"{value!r} is not one of {', '.join(allowed)}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _enum(allowed: tuple[str, ...]) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "enum": list(allowed)})
+
+
+ModelName = Annotated[str, _one_of(MODELS), _enum(MODELS)]
+BackendName = Annotated[str, _one_of(BACKENDS), _enum(BACKENDS)]
+WeightsName = Annotated[str, _one_of(WEIGHTS), _enum(WEIGHTS)]
+PrecisionName = Annotated[str, _one_of(PRECISIONS), _enum(PRECISIONS)]
+ShapeModeName = Annotated[str, _one_of(SHAPE_MODES), _enum(SHAPE_MODES)]
+
+Label = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+ProjectName = Annotated[
+    str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+]
+
+
+# ---- requests -----------------------------------------------------------------------------
+
+class EnvironmentIn(StrictModel):
+    """Either version pins (`name==version`, names from the server's allowlist) or the name of
+    an interpreter the workers are configured with."""
+
+    pins: list[str] | None = Field(
+        default=None, max_length=32, examples=[["onnxruntime==1.22.0"]]
+    )
+    interpreter: str | None = Field(
+        default=None, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EnvironmentIn:
+        if (self.pins is None) == (self.interpreter is None):
+            raise ValueError("give exactly one of pins or interpreter")
+        return self
+
+
+class TimingIn(StrictModel):
+    """Overrides of benchmarks.spec.TimingPolicy; omitted fields keep their defaults."""
+
+    warmup_iters: int | None = Field(default=None, ge=0, le=10_000)
+    rounds: int | None = Field(default=None, ge=1, le=1_000)
+    iters_per_round: int | None = Field(default=None, ge=1, le=10_000)
+    max_seconds: float | None = Field(default=None, gt=0, le=3_600)
+    min_rounds: int | None = Field(default=None, ge=1, le=1_000)
+    cuda_graphs: bool | None = None
+    bootstrap_resamples: int | None = Field(default=None, ge=100, le=100_000)
+    seed: int | None = Field(default=None, ge=0)
+
+
+class MatrixIn(StrictModel):
+    """The cross product of these lists is the run's cells (one benchmark each).
+
+    Combinations that cannot exist (weights "refit" outside the TensorRT backends) are left
+    out; a matrix with no valid combination, or more than the server's max_matrix_cells, is
+    refused.
+    """
+
+    models: list[ModelName] = Field(min_length=1, max_length=16)
+    backends: list[BackendName] = Field(min_length=1, max_length=16)
+    weights: list[WeightsName] = Field(default=["constant"], min_length=1, max_length=8)
+    precisions: list[PrecisionName] = Field(default=["fp32"], min_length=1, max_length=8)
+    batch_sizes: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default=[1], min_length=1, max_length=16
+    )
+    shape_modes: list[ShapeModeName] = Field(default=["static"], min_length=1, max_length=4)
+    device: str = Field(
+        default="cpu",
+        max_length=64,
+        description='"cpu", "cuda" (any GPU) or a GPU class the server routes (gpu_queues)',
+    )
+    image_size: int | None = Field(default=None, ge=32, le=1024)
+    width: int | None = Field(default=None, ge=4, le=256)
+    timing: TimingIn | None = None
+
+
+class RunCreate(StrictModel):
+    project: ProjectName
+    revision: Label = Field(description="commit or version string under test")
+    branch: Label | None = None
+    trigger: str = Field(default="api", max_length=32, pattern=r"^[A-Za-z0-9_.-]+$")
+    environment: EnvironmentIn
+    matrix: MatrixIn
+
+
+class ResultIngest(StrictModel):
+    """A result measured elsewhere: the BenchResult document plus where it belongs."""
+
+    project: ProjectName
+    revision: Label
+    branch: Label | None = None
+    environment: EnvironmentIn
+    result: dict[str, Any] = Field(description="a benchmarks.result.BenchResult document")
+
+
+# ---- responses ----------------------------------------------------------------------------
+
+class FieldErrorPublic(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorPublic(BaseModel):
+    detail: str
+    errors: list[FieldErrorPublic] | None = None
+
+
+class EnvironmentPublic(PublicModel):
+    id: int
+    pins: list[str]
+    interpreter: str | None
+    installed: dict[str, str]
+
+
+class ProgressPublic(BaseModel):
+    total: int = 0
+    queued: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+
+
+class CellSpecPublic(BaseModel):
+    model: str
+    backend: str
+    weights: str
+    precision: str
+    batch_size: int
+    shape_mode: str
+    device: str
+    image_size: int
+    width: int
+
+
+class ResultSummaryPublic(PublicModel):
+    id: int
+    status: str
+    reason: str | None
+    speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    baseline_median_ms: float | None
+    candidate_median_ms: float | None
+    accuracy_passed: bool | None
+
+
+class CellPublic(BaseModel):
+    id: int
+    series_key: str
+    queue: str
+    status: str
+    attempts: int
+    error: str | None
+    spec: CellSpecPublic
+    result: ResultSummaryPublic | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunPublic(BaseModel):
+    id: int
+    project: str
+    kind: Literal["triggered", "ingest"]
+    revision: str
+    branch: str | None
+    trigger: str
+    status: Literal["queued", "running", "done", "failed"]
+    verdict: Literal["pass", "regression", "error"] | None
+    reasons: list[str]
+    environment: EnvironmentPublic
+    progress: ProgressPublic
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunDetailPublic(RunPublic):
+    cells: list[CellPublic]
+
+
+class RunSubmittedPublic(RunDetailPublic):
+    created: bool = Field(description="false: an existing run was returned (idempotent retry)")
+    warning: str | None = Field(
+        default=None,
+        description="set when the run was stored but its cells could not be handed to the "
+        "executor (broker down); they stay queued and the reconciler sends them",
+    )
+
+
+class RunListPublic(BaseModel):
+    items: list[RunPublic]
+    next_cursor: int | None = Field(description="pass as `cursor` for the next page")
+
+
+class PointPublic(BaseModel):
+    result_id: int
+    run_id: int
+    revision: str
+    branch: str | None
+    created_at: datetime
+    speedup: float
+    ci_low: float
+    ci_high: float
+    baseline_median_ms: float | None
+    candidate_median_ms: float | None
+    accuracy_passed: bool | None
+    installed_versions: dict[str, str]
+
+
+class SeriesPublic(BaseModel):
+    key: str
+    model: str
+    backend: str
+    weights: str
+    precision: str
+    batch_size: int
+    shape_mode: str
+    device_class: str
+    latest: PointPublic | None
+
+
+class SeriesListPublic(BaseModel):
+    items: list[SeriesPublic]
+    next_cursor: str | None
+
+
+class SeriesPointsPublic(BaseModel):
+    series: SeriesPublic
+    points: list[PointPublic] = Field(description="oldest first")
+
+
+class SpeedupPublic(BaseModel):
+    result_id: int
+    speedup: float
+    ci_low: float
+    ci_high: float
+
+
+class CompareRowPublic(BaseModel):
+    series_key: str
+    base: SpeedupPublic
+    head: SpeedupPublic
+    change: float = Field(description="head speedup / base speedup - 1")
+    ci_overlap: bool = Field(description="true: the two CIs overlap, the change may be noise")
+
+
+class ComparePublic(BaseModel):
+    base_run_id: int
+    head_run_id: int
+    series: list[CompareRowPublic]
+    only_in_base: list[str]
+    only_in_head: list[str]
+
+
+class ResultIngestedPublic(BaseModel):
+    result_id: int
+    run_id: int
+    cell_id: int
+    series_key: str
+    status: str
+    created: bool
+
+
+class HealthPublic(BaseModel):
+    status: Literal["ok", "unavailable"]
+    database: str
+    broker: str

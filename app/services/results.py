@@ -1,0 +1,101 @@
+"""Ingest of results measured elsewhere (POST /api/v1/results).
+
+Such a result has no cell of a triggered run, so it gets one: every project + revision +
+environment has one "ingest" run, and each distinct spec posted for it becomes a cell of
+that run with the result attached. Posting the identical document again is a retry and
+returns the stored result; a different document for the same spec at the same revision and
+environment is a Conflict (measure again under a new revision label, or trigger a run).
+Nothing is stored unless the whole document is valid.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.errors import Conflict, InvalidRequest
+from app.models import Cell, Result, Run
+from app.schemas import ResultIngest
+from app.services.common import (
+    canonical_environment,
+    canonical_hash,
+    check_result_document,
+    get_or_create,
+    get_or_create_environment,
+    get_or_create_project,
+    spec_hash,
+)
+from app.services.runs import RESULT_TO_CELL_STATUS, finish_run_if_complete, store_result
+from benchmarks.result import BenchResult, ResultError
+
+INGEST_QUEUE = "ingest"  # not a real queue: marks cells that no worker ran
+
+
+def parse_document(payload: ResultIngest) -> BenchResult:
+    try:
+        return BenchResult.from_dict(payload.result)
+    except ResultError as exc:
+        raise InvalidRequest("result", str(exc)) from None
+
+
+def ingest_result(
+    session: Session, payload: ResultIngest, settings: Settings
+) -> tuple[Result, bool]:
+    """Store one posted result; returns (result, created). Flushes, does not commit."""
+    result = parse_document(payload)
+    spec, key = check_result_document(result)
+    environment = canonical_environment(payload.environment, settings)
+    project = get_or_create_project(session, payload.project)
+    env = get_or_create_environment(session, environment)
+    run_key = canonical_hash(
+        {"kind": "ingest", "revision": payload.revision, "environment": env.content_hash}
+    )
+    run = get_or_create(
+        session,
+        Run,
+        {"project_id": project.id, "idempotency_key": f"ingest:{run_key}"},
+        {
+            "environment_id": env.id, "kind": "ingest", "revision": payload.revision,
+            "branch": payload.branch, "trigger": "ingest", "status": "running",
+            "reasons": [], "request_hash": run_key, "matrix": {},
+        },
+    )
+    digest = spec_hash(spec)
+    document_hash = canonical_hash(result.to_dict())
+    existing = _existing(session, run.id, digest)
+    if existing is not None:
+        return _replay(existing, document_hash), False
+    cell = Cell(
+        run_id=run.id, spec=spec.to_dict(), spec_hash=digest, series_key=key,
+        queue=INGEST_QUEUE, status=RESULT_TO_CELL_STATUS[result.status], attempts=0,
+    )
+    try:
+        with session.begin_nested():
+            session.add(cell)
+            session.flush()
+            stored = store_result(session, run, cell, result, key)
+    except IntegrityError:
+        raced = _existing(session, run.id, digest)
+        if raced is None:
+            raise
+        return _replay(raced, document_hash), False
+    finish_run_if_complete(session, run.id)
+    return stored, True
+
+
+def _existing(session: Session, run_id: int, digest: str) -> Result | None:
+    return session.scalars(
+        select(Result).join(Cell, Cell.id == Result.cell_id)
+        .where(Cell.run_id == run_id, Cell.spec_hash == digest)
+    ).first()
+
+
+def _replay(existing: Result, document_hash: str) -> Result:
+    if existing.document_hash != document_hash:
+        raise Conflict(
+            f"a different result for this spec is already stored for this revision and "
+            f"environment (result {existing.id}); post it under another revision label"
+        )
+    return existing

@@ -1,0 +1,523 @@
+"""Runs and cells: triggering, the cell life cycle the workers drive, and finishing a run.
+
+Life cycle (statuses are CHECK-constrained strings):
+    run:  queued -> running (first cell claimed) -> done | failed (any cell failed)
+    cell: queued -> running -> done | failed | skipped;  running -> queued (reconciler)
+
+Concurrency: a cell is locked (SELECT ... FOR UPDATE on PostgreSQL) before its status
+changes, and `finish_run_if_complete` locks the run row before counting cells. Two workers
+finishing the last two cells at once therefore serialise on the run row, and the second one
+(a new statement under READ COMMITTED) sees the first one's committed cell: exactly one of
+them finishes the run. Lock order is always cell, then run.
+
+None of these functions commits; the caller's transaction does (see app/services/__init__).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import Counter
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.config import Settings, get_settings
+from app.errors import Conflict, InvalidRequest, NotFound
+from app.models import CELL_TERMINAL, Cell, Result, Run
+from app.schemas import MatrixIn, RunCreate
+from app.services.common import (
+    canonical_environment,
+    canonical_hash,
+    check_result_document,
+    get_or_create_environment,
+    get_or_create_project,
+    get_or_create_series,
+    spec_hash,
+)
+from benchmarks.result import BenchResult
+from benchmarks.spec import BenchSpec, SpecError, TimingPolicy
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 4000
+MAX_REASONS = 50
+RESULT_TO_CELL_STATUS = {"ok": "done", "failed": "failed", "skipped": "skipped"}
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# ---- triggering ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlannedCell:
+    spec: BenchSpec
+    spec_hash: str
+    queue: str
+    series_key: str
+
+
+def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
+    """One planned cell per valid matrix point; raises InvalidRequest naming the field."""
+    try:
+        queue = settings.queue_for_device(matrix.device)
+    except KeyError:
+        raise InvalidRequest(
+            "matrix.device", f"{matrix.device!r} is not one of {', '.join(settings.devices())}"
+        ) from None
+    spec_device = "cpu" if matrix.device == "cpu" else "cuda"
+    timing = TimingPolicy()
+    if matrix.timing is not None:
+        timing = replace(timing, **matrix.timing.model_dump(exclude_none=True))
+    if timing.min_rounds > timing.rounds:
+        raise InvalidRequest("matrix.timing.min_rounds", "must not exceed rounds")
+    base = BenchSpec(device=spec_device, timing=timing)
+    if matrix.image_size is not None:
+        base = replace(base, image_size=matrix.image_size)
+    if matrix.width is not None:
+        base = replace(base, width=matrix.width)
+
+    axes = [
+        _unique(matrix.models),
+        _unique(matrix.backends),
+        _unique(matrix.weights),
+        _unique(matrix.precisions),
+        _unique(matrix.batch_sizes),
+        _unique(matrix.shape_modes),
+    ]
+    total = 1
+    for axis in axes:
+        total *= len(axis)
+    if total > settings.max_matrix_cells:
+        raise InvalidRequest(
+            "matrix",
+            f"{total} cells is more than this server's limit of {settings.max_matrix_cells}",
+        )
+    planned: list[PlannedCell] = []
+    for model, backend, weights, precision, batch_size, shape_mode in itertools.product(*axes):
+        spec = replace(
+            base, model=model, backend=backend, weights=weights, precision=precision,
+            batch_size=batch_size, shape_mode=shape_mode,
+        )
+        try:
+            spec.validate()
+        except SpecError as exc:
+            if str(exc).startswith("weights: 'refit'"):
+                continue  # a combination that does not exist, not a mistake in the request
+            raise InvalidRequest(f"matrix.{str(exc).split(':', 1)[0]}", str(exc)) from None
+        planned.append(
+            PlannedCell(spec, spec_hash(spec), queue, spec.series_key(matrix.device))
+        )
+    if not planned:
+        raise InvalidRequest("matrix", "no valid combination (weights 'refit' needs a tensorrt "
+                             "backend)")
+    return planned
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(values))
+
+
+def create_run(
+    session: Session,
+    request: RunCreate,
+    *,
+    idempotency_key: str | None = None,
+    settings: Settings | None = None,
+) -> tuple[Run, bool]:
+    """The run for this request: an existing one (False) or a new one with its cells (True).
+
+    Existing means: the same Idempotency-Key in this project (a different request under the
+    same key is a Conflict), or, without a key, a run with the same project, revision,
+    environment and matrix. A client that wants a fresh run of an identical request sends a
+    new Idempotency-Key. Flushes, does not commit.
+    """
+    settings = settings or get_settings()
+    environment = canonical_environment(request.environment, settings)
+    planned = expand_matrix(request.matrix, settings)
+    request_hash = canonical_hash({
+        "project": request.project,
+        "revision": request.revision,
+        "environment": environment,
+        "cells": sorted(p.spec_hash for p in planned),
+        "device": request.matrix.device,
+    })
+    project = get_or_create_project(session, request.project)
+    existing = _find_existing(session, project.id, idempotency_key, request_hash)
+    if existing is not None:
+        return existing, False
+
+    env = get_or_create_environment(session, environment)
+    run = Run(
+        project_id=project.id,
+        environment_id=env.id,
+        kind="triggered",
+        revision=request.revision,
+        branch=request.branch,
+        trigger=request.trigger,
+        status="queued",
+        reasons=[],
+        idempotency_key=idempotency_key or f"sha256:{request_hash}",
+        request_hash=request_hash,
+        matrix=request.matrix.model_dump(mode="json"),
+    )
+    run.cells = [
+        Cell(spec=p.spec.to_dict(), spec_hash=p.spec_hash, queue=p.queue,
+             series_key=p.series_key, status="queued", attempts=0)
+        for p in planned
+    ]
+    try:
+        with session.begin_nested():
+            session.add(run)
+    except IntegrityError:
+        # An identical request (or the same key) committed between our look-up and insert.
+        raced = _find_existing(session, project.id, idempotency_key, request_hash)
+        if raced is None:
+            raise
+        return raced, False
+    return run, True
+
+
+def _find_existing(
+    session: Session, project_id: int, idempotency_key: str | None, request_hash: str
+) -> Run | None:
+    if idempotency_key is not None:
+        run = session.scalars(
+            select(Run).where(Run.project_id == project_id, Run.idempotency_key == idempotency_key)
+        ).first()
+        if run is not None and run.request_hash != request_hash:
+            raise Conflict(
+                f"Idempotency-Key {idempotency_key!r} was used for run {run.id} with a "
+                "different request"
+            )
+        return run
+    return session.scalars(
+        select(Run)
+        .where(Run.project_id == project_id, Run.request_hash == request_hash,
+               Run.kind == "triggered")
+        .order_by(Run.id.desc())
+        .limit(1)
+    ).first()
+
+
+@dataclass
+class SubmitOutcome:
+    run: Run
+    created: bool
+    warning: str | None
+
+
+def submit_run(
+    session: Session,
+    request: RunCreate,
+    *,
+    idempotency_key: str | None = None,
+    settings: Settings | None = None,
+) -> SubmitOutcome:
+    """Create (or find) the run, COMMIT, then hand its unsent cells to the executor.
+
+    Committing first means a worker never receives an id it cannot find. If the executor
+    cannot take the cells (broker down, workers package missing), the run is kept and the
+    outcome carries a warning: the cells stay `queued` with `enqueued_at` NULL, and the
+    reconciler, or a retry of this same request, sends them.
+    """
+    settings = settings or get_settings()
+    run, created = create_run(session, request, idempotency_key=idempotency_key,
+                              settings=settings)
+    session.commit()
+    unsent = [(c.id, c.queue) for c in run.cells
+              if c.status == "queued" and c.enqueued_at is None]
+    warning = enqueue(session, unsent, settings)
+    return SubmitOutcome(run=run, created=created, warning=warning)
+
+
+def enqueue(session: Session, cells: list[tuple[int, str]], settings: Settings) -> str | None:
+    """Send committed cells to the executor; returns a warning instead of raising."""
+    if not cells or settings.executor == "none":
+        return None  # "none" = record only: nothing here executes cells
+    ids = [cell_id for cell_id, _ in cells]
+    stamp = _now()
+    # Stamped before sending so a fast worker's own update is never overwritten by ours.
+    session.execute(
+        update(Cell).where(Cell.id.in_(ids)).values(enqueued_at=stamp)
+    )
+    session.commit()
+    try:
+        from workers.dispatch import enqueue_cells
+
+        enqueue_cells(cells)
+    except Exception as exc:  # broker down, workers not installed: the run is kept anyway
+        log.warning("enqueue of %d cells failed: %s", len(cells), exc)
+        session.execute(
+            update(Cell)
+            .where(Cell.id.in_(ids), Cell.enqueued_at == stamp, Cell.status == "queued")
+            .values(enqueued_at=None)
+        )
+        session.commit()
+        return (
+            f"cells not sent to the executor ({_short(exc)}); they stay queued and the "
+            "reconciler sends them when it can"
+        )
+    return None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+# ---- the cell life cycle (called by workers) ----------------------------------------------
+
+def _lock_cell(session: Session, cell_id: int) -> Cell | None:
+    return session.execute(
+        select(Cell).where(Cell.id == cell_id).with_for_update(of=Cell)
+        .execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+
+
+def _lock_run(session: Session, run_id: int) -> Run | None:
+    return session.execute(
+        select(Run).where(Run.id == run_id).with_for_update(of=Run)
+        .execution_options(populate_existing=True)
+    ).unique().scalar_one_or_none()
+
+
+def claim_cell(
+    session: Session, cell_id: int, *, settings: Settings | None = None
+) -> BenchSpec | None:
+    """Mark the cell running (attempts += 1) and return its spec; None if there is nothing to
+    run: unknown id, already finished, or out of attempts (then it is failed here)."""
+    settings = settings or get_settings()
+    cell = _lock_cell(session, cell_id)
+    if cell is None:
+        log.warning("claim of unknown cell %s", cell_id)
+        return None
+    if cell.status in CELL_TERMINAL:
+        return None
+    if cell.attempts >= settings.max_cell_attempts:
+        _fail(cell, f"gave up after {cell.attempts} attempts (worker lost each time)")
+        return None
+    now = _now()
+    cell.status = "running"
+    cell.attempts += 1
+    cell.started_at = now
+    cell.updated_at = now
+    run = _lock_run(session, cell.run_id)
+    if run is not None and run.status == "queued":
+        run.status = "running"
+        run.started_at = now
+    session.flush()
+    return BenchSpec.from_dict(cell.spec)
+
+
+def record_result(session: Session, cell_id: int, result: BenchResult) -> Result | None:
+    """Store the cell's result and set the cell's status from it; idempotent per cell.
+
+    A second call for the same cell (a redelivered task) returns the stored result and
+    changes nothing. A document that contradicts its cell (another spec, a series key its
+    spec and fingerprint do not give) fails the cell with that reason instead of storing
+    it, and returns None. Call `finish_run_if_complete` afterwards.
+    """
+    cell = _lock_cell(session, cell_id)
+    if cell is None:
+        raise NotFound(f"cell {cell_id} not found")
+    existing = session.scalars(select(Result).where(Result.cell_id == cell_id)).first()
+    if existing is not None:
+        return existing
+    try:
+        spec, key = check_result_document(result)
+    except InvalidRequest as exc:
+        _fail(cell, f"result rejected: {exc.message}")
+        return None
+    if spec_hash(spec) != cell.spec_hash:
+        _fail(cell, "result rejected: its spec is not the cell's spec")
+        return None
+    run = session.get(Run, cell.run_id)
+    assert run is not None
+    return store_result(session, run, cell, result, key)
+
+
+def store_result(
+    session: Session, run: Run, cell: Cell, result: BenchResult, key: str
+) -> Result:
+    """Insert the result row for a checked document and move the cell to its final status."""
+    series = get_or_create_series(session, key)
+    row = result_row(result)
+    row.cell_id = cell.id
+    row.run_id = run.id
+    row.series_id = series.id
+    session.add(row)
+    now = _now()
+    cell.status = RESULT_TO_CELL_STATUS[result.status]
+    cell.error = None if result.status == "ok" else _clip(result.reason or result.status)
+    cell.series_key = key
+    cell.finished_at = now
+    cell.updated_at = now
+    if row.installed_versions:
+        env = run.environment
+        env.installed = {**(env.installed or {}), **row.installed_versions}
+    session.flush()
+    return row
+
+
+def result_row(result: BenchResult) -> Result:
+    """The Result columns for a document (without its cell, run and series ids)."""
+    document = result.to_dict()
+    base, cand, sp, acc = result.baseline, result.candidate, result.speedup, result.accuracy
+    packages = result.fingerprint.get("packages") or {}
+    return Result(
+        status=result.status,
+        reason=result.reason,
+        schema_version=result.schema_version,
+        document_hash=canonical_hash(document),
+        baseline_samples_ms=result.baseline_samples_ms,
+        candidate_samples_ms=result.candidate_samples_ms,
+        samples_per_side=sum(len(r) for r in result.baseline_samples_ms) or None,
+        baseline_median_ms=base.median_ms if base else None,
+        baseline_iqr_ms=base.iqr_ms if base else None,
+        baseline_p05_ms=base.p05_ms if base else None,
+        baseline_p95_ms=base.p95_ms if base else None,
+        baseline_mean_ms=base.mean_ms if base else None,
+        candidate_median_ms=cand.median_ms if cand else None,
+        candidate_iqr_ms=cand.iqr_ms if cand else None,
+        candidate_p05_ms=cand.p05_ms if cand else None,
+        candidate_p95_ms=cand.p95_ms if cand else None,
+        candidate_mean_ms=cand.mean_ms if cand else None,
+        speedup=sp.value if sp else None,
+        ci_low=sp.ci_low if sp else None,
+        ci_high=sp.ci_high if sp else None,
+        ci_confidence=sp.confidence if sp else None,
+        ci_method=sp.method if sp else None,
+        accuracy_rel_l2=acc.rel_l2 if acc else None,
+        accuracy_max_abs=acc.max_abs if acc else None,
+        accuracy_tolerance=acc.tolerance if acc else None,
+        accuracy_passed=acc.passed if acc else None,
+        compile_seconds=result.compile_seconds,
+        peak_memory_bytes=result.peak_memory_bytes,
+        evidence=result.evidence,
+        fingerprint=result.fingerprint,
+        installed_versions={str(k): str(v) for k, v in dict(packages).items()},
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        duration_seconds=result.duration_seconds,
+        stderr_tail=result.stderr_tail,
+    )
+
+
+def fail_cell(session: Session, cell_id: int, reason: str) -> None:
+    """Mark the cell failed with `reason`; a cell that already finished is left alone."""
+    cell = _lock_cell(session, cell_id)
+    if cell is None:
+        log.warning("fail_cell for unknown cell %s: %s", cell_id, reason)
+        return
+    if cell.status in CELL_TERMINAL:
+        return
+    _fail(cell, reason)
+    session.flush()
+
+
+def _fail(cell: Cell, reason: str) -> None:
+    now = _now()
+    cell.status = "failed"
+    cell.error = _clip(reason)
+    cell.finished_at = now
+    cell.updated_at = now
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def cell_counts(session: Session, run_id: int) -> Counter[str]:
+    rows = session.execute(
+        select(Cell.status, func.count()).where(Cell.run_id == run_id).group_by(Cell.status)
+    ).all()
+    return Counter({status: count for status, count in rows})
+
+
+def finish_run_if_complete(session: Session, run_id: int) -> bool:
+    """If no cell of the run is queued or running, set the run's final status and verdict.
+
+    Returns True when this call finished the run (so exactly one caller sees True for a
+    triggered run). Status: "failed" if any cell failed, else "done". Ingest runs grow with
+    every posted result, so they are re-judged on each call.
+    """
+    run = _lock_run(session, run_id)
+    if run is None:
+        return False
+    if run.kind == "triggered" and run.status in ("done", "failed"):
+        return False
+    counts = cell_counts(session, run_id)
+    if counts["queued"] or counts["running"]:
+        return False
+    now = _now()
+    run.status = "failed" if counts["failed"] else "done"
+    run.started_at = run.started_at or now
+    run.finished_at = now
+    session.flush()
+    on_run_finished(session, run_id)
+    session.flush()
+    return True
+
+
+# ---- the hook detection will take over -----------------------------------------------------
+
+def on_run_finished(session: Session, run_id: int) -> None:
+    """Decide the run's verdict and reasons once its cells are all finished.
+
+    HOOK FOR DETECTION: app.detection replaces this provisional body with the comparison of
+    each cell against its series' history (verdict "regression" with reasons). Until then:
+    "error" if any cell failed or any result failed its accuracy check, else "pass".
+    Skipped cells (backend not available here) are reported but do not fail the run.
+    """
+    run = session.get(Run, run_id)
+    if run is None:
+        return
+    rows = session.execute(
+        select(Cell, Result).outerjoin(Result, Result.cell_id == Cell.id)
+        .where(Cell.run_id == run_id).order_by(Cell.id)
+    ).all()
+    errors: list[str] = []
+    notes: list[str] = []
+    for cell, result in rows:
+        if cell.status == "failed":
+            errors.append(f"{cell.series_key}: failed: {(cell.error or 'no reason')[:300]}")
+        elif result is not None and result.accuracy_passed is False:
+            errors.append(
+                f"{cell.series_key}: accuracy check failed (rel_l2 "
+                f"{result.accuracy_rel_l2:.3g} > tolerance {result.accuracy_tolerance:.3g})"
+            )
+        elif cell.status == "skipped":
+            notes.append(f"{cell.series_key}: skipped: {(cell.error or 'no reason')[:300]}")
+    run.verdict = "error" if errors else "pass"
+    reasons = errors + notes
+    if len(reasons) > MAX_REASONS:
+        reasons = [*reasons[: MAX_REASONS - 1], f"... and {len(reasons) - MAX_REASONS + 1} more"]
+    run.reasons = reasons
+
+
+def get_run(session: Session, run_id: int) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    return run
+
+
+def run_summary_counts(session: Session, run_ids: list[int]) -> dict[int, Counter[str]]:
+    """Cell counts by status for several runs in one query (list endpoint)."""
+    out: dict[int, Counter[str]] = {run_id: Counter() for run_id in run_ids}
+    if not run_ids:
+        return out
+    rows = session.execute(
+        select(Cell.run_id, Cell.status, func.count())
+        .where(Cell.run_id.in_(run_ids)).group_by(Cell.run_id, Cell.status)
+    ).all()
+    for run_id, status, count in rows:
+        out[run_id][status] = count
+    return out

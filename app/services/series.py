@@ -1,0 +1,152 @@
+"""Read side: series with their latest point, a series' points, and run-to-run comparison.
+
+Only results with status "ok" are points (failed and skipped ones have no speedup). The
+queries lean on ix_results_series_id_created_at: "latest point of each series" is one
+correlated index probe per series of the page, not a scan of all results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import and_, select
+from sqlalchemy.orm import Session, aliased
+
+from app.errors import NotFound
+from app.models import Result, Run, Series
+
+
+@dataclass(frozen=True)
+class SeriesFilter:
+    model: str | None = None
+    backend: str | None = None
+    weights: str | None = None
+    precision: str | None = None
+    batch_size: int | None = None
+    shape_mode: str | None = None
+    device_class: str | None = None
+
+
+@dataclass(frozen=True)
+class Point:
+    result: Result
+    run: Run
+
+
+def _latest_ok_result_id() -> object:
+    return (
+        select(Result.id)
+        .where(Result.series_id == Series.id, Result.status == "ok")
+        .order_by(Result.created_at.desc(), Result.id.desc())
+        .limit(1)
+        .correlate(Series)
+        .scalar_subquery()
+    )
+
+
+def list_series(
+    session: Session, filters: SeriesFilter, *, limit: int, after_key: str | None = None
+) -> list[tuple[Series, Point | None]]:
+    """Series ordered by key (keyset pagination: keys after `after_key`), with latest point."""
+    query = select(Series)
+    for name, value in vars(filters).items():
+        if value is not None:
+            query = query.where(getattr(Series, name) == value)
+    if after_key is not None:
+        query = query.where(Series.key > after_key)
+    series = list(session.scalars(query.order_by(Series.key).limit(limit)))
+    latest = _latest_points(session, [s.id for s in series])
+    return [(s, latest.get(s.id)) for s in series]
+
+
+def _latest_points(session: Session, series_ids: list[int]) -> dict[int, Point]:
+    if not series_ids:
+        return {}
+    latest_id = _latest_ok_result_id()
+    rows = session.execute(
+        select(Series.id, Result, Run)
+        .join(Result, Result.id == latest_id)
+        .join(Run, Run.id == Result.run_id)
+        .where(Series.id.in_(series_ids))
+    ).all()
+    return {series_id: Point(result, run) for series_id, result, run in rows}
+
+
+def get_series(session: Session, key: str) -> Series:
+    series = session.scalars(select(Series).where(Series.key == key)).first()
+    if series is None:
+        raise NotFound(f"series {key!r} not found")
+    return series
+
+
+def latest_point(session: Session, series: Series) -> Point | None:
+    return _latest_points(session, [series.id]).get(series.id)
+
+
+def series_points(
+    session: Session, series: Series, *, limit: int, since: datetime | None = None
+) -> list[Point]:
+    """The newest `limit` ok points (created at or after `since`), returned oldest first."""
+    query = (
+        select(Result, Run)
+        .join(Run, Run.id == Result.run_id)
+        .where(Result.series_id == series.id, Result.status == "ok")
+    )
+    if since is not None:
+        query = query.where(Result.created_at >= since)
+    rows = session.execute(
+        query.order_by(Result.created_at.desc(), Result.id.desc()).limit(limit)
+    ).all()
+    return [Point(result, run) for result, run in reversed(rows)]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    series_key: str
+    base: Result
+    head: Result
+
+    @property
+    def change(self) -> float:
+        assert self.base.speedup and self.head.speedup
+        return self.head.speedup / self.base.speedup - 1.0
+
+    @property
+    def ci_overlap(self) -> bool:
+        b, h = self.base, self.head
+        assert b.ci_low is not None and b.ci_high is not None
+        assert h.ci_low is not None and h.ci_high is not None
+        return not (h.ci_high < b.ci_low or h.ci_low > b.ci_high)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    rows: list[CompareRow]
+    only_in_base: list[str]
+    only_in_head: list[str]
+
+
+def _ok_results_by_series(session: Session, run_id: int) -> dict[str, Result]:
+    """The run's latest ok result per series key."""
+    r = aliased(Result)
+    rows = session.execute(
+        select(Series.key, r)
+        .join(r, and_(r.series_id == Series.id, r.run_id == run_id, r.status == "ok"))
+        .order_by(r.created_at, r.id)
+    ).all()
+    return {key: result for key, result in rows}
+
+
+def compare_runs(session: Session, base_id: int, head_id: int) -> Comparison:
+    for name, run_id in (("base", base_id), ("head", head_id)):
+        if session.get(Run, run_id) is None:
+            raise NotFound(f"{name} run {run_id} not found")
+    base = _ok_results_by_series(session, base_id)
+    head = _ok_results_by_series(session, head_id)
+    shared = sorted(set(base) & set(head))
+    return Comparison(
+        rows=[CompareRow(key, base[key], head[key]) for key in shared],
+        only_in_base=sorted(set(base) - set(head)),
+        only_in_head=sorted(set(head) - set(base)),
+    )
