@@ -1,7 +1,233 @@
-"""Placeholder: the owner of this module replaces it with real commands."""
+"""`speedwatch bench`: measure a matrix of specs locally and print (or save) the results.
+
+Comma-separated values in --model, --backend, --weights, --precision, --batch and --shape
+form a cross product, one spec per combination. Each spec runs in its own child process by
+default (--isolate): a crash costs one row, and torch.compile variants do not share
+dynamo's cache within one process.
+
+--json writes a JSON array of result documents, one per spec, in matrix order (each is a
+`BenchResult` document with its `schema_version`).
+
+Exit codes: 0 when every spec is ok or skipped and every accuracy check passed, 1 when any
+failed (including an accuracy failure), 2 for bad input (one line on stderr, no traceback).
+torch is imported inside the command, so `speedwatch --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+if TYPE_CHECKING:
+    from benchmarks.result import BenchResult
+    from benchmarks.spec import BenchSpec
+
+
+class BadInput(ValueError):
+    """A command line that names no valid matrix; the message is the one line shown."""
+
+
+def _split(value: str, name: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise BadInput(f"--{name}: needs at least one value")
+    return list(dict.fromkeys(items))  # de-duplicate, keep order
+
+
+def _ints(value: str, name: str) -> list[int]:
+    out = []
+    for item in _split(value, name):
+        try:
+            out.append(int(item))
+        except ValueError:
+            raise BadInput(f"--{name}: {item!r} is not an integer") from None
+    return out
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """key=value pairs; values that parse as JSON (numbers, true/false, lists) keep that type."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"--option: {pair!r} is not key=value")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def build_matrix(
+    *,
+    models: str,
+    backends: str,
+    weights: str,
+    precisions: str,
+    batches: str,
+    shapes: str,
+    base: BenchSpec,
+) -> list[BenchSpec]:
+    """The cross product of the comma lists, each spec validated (BadInput names the first)."""
+    from benchmarks.spec import SpecError
+
+    specs = []
+    for model, backend, weight, precision, batch, shape in itertools.product(
+        _split(models, "model"), _split(backends, "backend"), _split(weights, "weights"),
+        _split(precisions, "precision"), _ints(batches, "batch"), _split(shapes, "shape"),
+    ):
+        spec = replace(base, model=model, backend=backend, weights=weight, precision=precision,
+                       batch_size=batch, shape_mode=shape)
+        try:
+            specs.append(spec.validate())
+        except SpecError as exc:
+            raise BadInput(str(exc)) from None
+    return specs
+
+
+def _fmt_ms(summary: Any) -> str:
+    return f"{summary.median_ms:.3f}" if summary is not None else "-"
+
+
+def _evidence_line(result: BenchResult) -> str:
+    ev = result.evidence
+    parts = []
+    kpi = ev.get("kernels_per_inference")
+    if isinstance(kpi, dict):
+        parts.append(f"kernels {kpi.get('baseline', 0):.0f}->{kpi.get('candidate', 0):.0f}")
+    for key in ("onnx_node_counts", "optimized_node_counts"):
+        counts = ev.get(key)
+        if isinstance(counts, dict) and counts and all(isinstance(v, int) for v in counts.values()):
+            parts.append(f"nodes {sum(counts.values())}")
+            break
+    for key, label in (("inductor_kernels", "inductor kernels"),
+                       ("trt_layer_count", "trt layers"), ("graph_breaks", "graph breaks")):
+        if isinstance(ev.get(key), (int, float)):
+            parts.append(f"{label} {ev[key]}")
+    if result.compile_seconds is not None:
+        parts.append(f"compile {result.compile_seconds:.1f}s")
+    return ", ".join(parts)
+
+
+def failed(result: BenchResult) -> bool:
+    return result.status == "failed" or (
+        result.accuracy is not None and not result.accuracy.passed
+    )
+
+
+def render_table(results: list[BenchResult]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="speedwatch bench", show_lines=False)
+    for col, justify in (("series", "left"), ("status", "left"), ("baseline ms", "right"),
+                         ("candidate ms", "right"), ("speedup [95% CI]", "right"),
+                         ("accuracy (rel L2)", "right"), ("evidence / reason", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    styles = {"ok": "green", "skipped": "yellow", "failed": "red"}
+    for r in results:
+        speed = (f"{r.speedup.value:.3f}x [{r.speedup.ci_low:.3f}, {r.speedup.ci_high:.3f}]"
+                 if r.speedup else "-")
+        acc = "-"
+        if r.accuracy is not None:
+            mark = "ok" if r.accuracy.passed else "FAIL"
+            acc = f"{r.accuracy.rel_l2:.1e} {mark}"
+        detail = r.reason if r.status != "ok" else _evidence_line(r)
+        if r.status == "ok" and r.reason:
+            detail = f"{r.reason}; {detail}"
+        table.add_row(r.series_key, f"[{styles[r.status]}]{r.status}[/]", _fmt_ms(r.baseline),
+                      _fmt_ms(r.candidate), speed, acc, detail or "")
+    return table
+
 
 def register(cli: typer.Typer) -> None:
-    return None
+    @cli.command("bench")
+    def bench(
+        model: str = typer.Option("resnet50", help="Models, comma-separated."),
+        backend: str = typer.Option("onnxruntime", help="Backends, comma-separated."),
+        weights: str = typer.Option("constant", help="constant, tensor, refit (comma list)."),
+        precision: str = typer.Option("fp32", help="fp32, fp16, bf16 (comma list)."),
+        batch: str = typer.Option("1", help="Batch sizes, comma-separated."),
+        shape: str = typer.Option("static", help="static, dynamic (comma list)."),
+        device: str = typer.Option("cpu", help="cpu or cuda."),
+        rounds: int = typer.Option(30, min=1, help="Paired rounds to measure (at most)."),
+        min_rounds: int = typer.Option(5, min=1, help="Rounds measured even past --max-seconds."),
+        iters_per_round: int = typer.Option(10, min=1, help="Timed calls per side per round."),
+        warmup: int = typer.Option(10, min=0, help="Warm-up calls per side."),
+        max_seconds: float = typer.Option(30.0, min=0.0, help="Timing budget per spec."),
+        cuda_graphs: bool = typer.Option(False, "--cuda-graphs/--no-cuda-graphs",
+                                         help="Time CUDA-graph replays (GPU only)."),
+        width: int = typer.Option(64, help="Stem width (64 = standard ResNet)."),
+        image_size: int = typer.Option(224, help="Input height and width."),
+        num_classes: int = typer.Option(1000, min=1, help="Classifier outputs."),
+        seed: int = typer.Option(0, help="Seed of weights, input and bootstrap."),
+        isolate: bool = typer.Option(True, "--isolate/--no-isolate",
+                                     help="Run each spec in its own child process."),
+        timeout: float = typer.Option(600.0, min=1.0, help="Per-spec timeout with --isolate."),
+        option: list[str] = typer.Option([], "--option", help="Backend option key=value "
+                                         "(repeatable; JSON values keep their type)."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write results here."),
+    ) -> None:
+        """Measure eager vs optimized backends, paired and interleaved; print a summary."""
+        from benchmarks.spec import BenchSpec, TimingPolicy
+
+        try:
+            policy = TimingPolicy(
+                warmup_iters=warmup, rounds=rounds, iters_per_round=iters_per_round,
+                max_seconds=max_seconds, min_rounds=min(min_rounds, rounds),
+                cuda_graphs=cuda_graphs, seed=seed,
+            )
+            base = BenchSpec(device=device, width=width, image_size=image_size,
+                             num_classes=num_classes, seed=seed, options=parse_options(option),
+                             timing=policy)
+            specs = build_matrix(models=model, backends=backend, weights=weights,
+                                 precisions=precision, batches=batch, shapes=shape, base=base)
+            if json_out is not None and json_out.parent and not json_out.parent.is_dir():
+                raise BadInput(f"--json: directory {str(json_out.parent)!r} does not exist")
+        except BadInput as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+        results = run_matrix(specs, isolate=isolate, timeout_s=timeout)
+
+        from rich.console import Console
+
+        console = Console()
+        if not console.is_terminal:
+            console.width = max(console.width, 200)  # logs and pipes: do not truncate keys
+        console.print(render_table(results))
+        if json_out is not None:
+            json_out.write_text(
+                json.dumps([r.to_dict() for r in results], indent=1, allow_nan=False) + "\n",
+                encoding="utf-8",
+            )
+            typer.echo(f"wrote {len(results)} result(s) to {json_out}")
+        raise typer.Exit(1 if any(failed(r) for r in results) else 0)
+
+
+def run_matrix(specs: list[BenchSpec], *, isolate: bool, timeout_s: float) -> list[BenchResult]:
+    """Run specs one after another under a progress bar (on stderr, so stdout stays clean)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if isolate:
+        from benchmarks.isolation import run_isolated
+    else:
+        from benchmarks.runner import run_spec
+
+    results: list[BenchResult] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("bench", total=len(specs))
+        for spec in specs:
+            progress.update(task, description=spec.series_key(spec.device))
+            result = (run_isolated(spec, timeout_s=timeout_s) if isolate else run_spec(spec))
+            results.append(result)
+            progress.advance(task)
+        progress.update(task, description="done")
+    return results

@@ -194,6 +194,11 @@ def _measure(
     dtype = model_dtype(spec.precision)
     evidence: dict[str, Any] = {}
     peak: dict[str, int] = {}
+    threads = spec.options.get("threads")
+    if threads is not None:
+        # Runner-level option: both sides share the process's intra-op pool size (the ORT
+        # backend defaults its pool to torch's), so pinning it keeps the comparison fair.
+        torch.set_num_threads(int(threads))
     if on_cuda:
         # Best conv algorithms for eager too: the baseline is eager as people deploy it.
         torch.backends.cudnn.benchmark = True
