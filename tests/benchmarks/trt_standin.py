@@ -1,0 +1,1291 @@
+"""Not TensorRT: a recording stand-in of the `tensorrt` Python module, for unit tests only.
+
+TensorRT cannot be installed on our development machines, so the converter in
+benchmarks/trt_converter.py is tested against this module instead. It implements only what
+the converter calls, mirroring the TensorRT 10 Python API (parameter names, defaults,
+argument types, return values, the documented rules such as "a named weight must already be
+used by a layer") and it is strict: an unknown keyword, a missing argument, a wrong type, an
+attribute a layer does not have, or a network TensorRT would refuse raises or fails the
+build, so a converter that drifts from the documented API fails its tests.
+
+It records everything (layers with their kind, inputs, weights and `set_input` calls;
+builder flags; optimization profiles; weight names) and can EVALUATE a recorded network
+with torch on the CPU, so tests can compare what the converter built with the eager model.
+It does no optimisation: an "engine" here has exactly the network's layers.
+
+Nothing in the product imports this file; `import tensorrt` is the only product path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import itertools
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+class StandInError(RuntimeError):
+    """The stand-in caught a use TensorRT would reject."""
+
+
+# ---------------------------------------------------------------------------- enums
+
+
+class _Enum(enum.Enum):
+    """pybind11 enums convert with int() and print as 'Type.NAME'."""
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}.{self.name}: {self.value}>"
+
+
+class DataType(_Enum):
+    FLOAT = 0
+    HALF = 1
+    INT8 = 2
+    INT32 = 3
+    BOOL = 4
+    UINT8 = 5
+    FP8 = 6
+    BF16 = 7
+    INT64 = 8
+
+
+class NetworkDefinitionCreationFlag(_Enum):
+    EXPLICIT_BATCH = 0
+    STRONGLY_TYPED = 1
+
+
+class BuilderFlag(_Enum):
+    FP16 = 0
+    INT8 = 1
+    DEBUG = 2
+    GPU_FALLBACK = 3
+    REFIT = 4
+    DISABLE_TIMING_CACHE = 5
+    TF32 = 6
+    SPARSE_WEIGHTS = 7
+    STRIP_PLAN = 8
+    REFIT_IDENTICAL = 9
+    BF16 = 10
+    WEIGHT_STREAMING = 11
+
+
+class MemoryPoolType(_Enum):
+    WORKSPACE = 0
+    DLA_MANAGED_SRAM = 1
+
+
+class ProfilingVerbosity(_Enum):
+    LAYER_NAMES_ONLY = 0
+    NONE = 1
+    DETAILED = 2
+
+
+class LayerInformationFormat(_Enum):
+    ONELINE = 0
+    JSON = 1
+
+
+class TensorIOMode(_Enum):
+    NONE = 0
+    INPUT = 1
+    OUTPUT = 2
+
+
+class LayerType(_Enum):
+    CONVOLUTION = 0
+    ACTIVATION = 1
+    POOLING = 2
+    SCALE = 3
+    ELEMENTWISE = 4
+    UNARY = 5
+    SHUFFLE = 6
+    REDUCE = 7
+    MATRIX_MULTIPLY = 8
+    CONSTANT = 9
+    CAST = 10
+    IDENTITY = 11
+
+
+class ActivationType(_Enum):
+    RELU = 0
+    SIGMOID = 1
+    TANH = 2
+
+
+class PoolingType(_Enum):
+    MAX = 0
+    AVERAGE = 1
+
+
+class ScaleMode(_Enum):
+    UNIFORM = 0
+    CHANNEL = 1
+    ELEMENTWISE = 2
+
+
+class ElementWiseOperation(_Enum):
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+    SUB = 4
+    DIV = 5
+    POW = 6
+
+
+class UnaryOperation(_Enum):
+    EXP = 0
+    LOG = 1
+    SQRT = 2
+    RECIP = 3
+    ABS = 4
+    NEG = 5
+
+
+class ReduceOperation(_Enum):
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+    AVG = 4
+
+
+class MatrixOperation(_Enum):
+    NONE = 0
+    TRANSPOSE = 1
+    VECTOR = 2
+
+
+class Severity(_Enum):
+    INTERNAL_ERROR = 0
+    ERROR = 1
+    WARNING = 2
+    INFO = 3
+    VERBOSE = 4
+
+
+_FLOAT_TYPES = (DataType.FLOAT, DataType.HALF, DataType.BF16)
+_NUMPY_TYPES = {
+    np.dtype(np.float32): DataType.FLOAT,
+    np.dtype(np.float16): DataType.HALF,
+    np.dtype(np.int32): DataType.INT32,
+    np.dtype(np.int64): DataType.INT64,
+    np.dtype(np.int8): DataType.INT8,
+    np.dtype(np.bool_): DataType.BOOL,
+}
+_ITEMSIZE = {DataType.FLOAT: 4, DataType.HALF: 2, DataType.BF16: 2, DataType.INT32: 4,
+             DataType.INT64: 8, DataType.INT8: 1, DataType.BOOL: 1}
+_TORCH_TYPES = {DataType.FLOAT: torch.float32, DataType.HALF: torch.float16,
+                DataType.BF16: torch.bfloat16}
+
+
+# ---------------------------------------------------------------------------- argument checks
+
+
+def _check(value: Any, types: type | tuple[type, ...], what: str) -> Any:
+    """pybind11 raises TypeError 'incompatible function arguments' on a wrong type."""
+    if not isinstance(value, types):
+        names = types.__name__ if isinstance(types, type) else "/".join(t.__name__ for t in types)
+        raise TypeError(f"{what}: incompatible argument: expected {names}, "
+                        f"got {type(value).__name__} ({value!r:.60})")
+    return value
+
+
+def _dims(value: Any, what: str, *, allow_wildcard: bool = False) -> tuple[int, ...]:
+    """trt.Dims converts from a list or tuple of ints."""
+    if not isinstance(value, (tuple, list)) or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value
+    ):
+        raise TypeError(f"{what}: expected Dims (a tuple/list of ints), got {value!r:.60}")
+    dims = tuple(int(v) for v in value)
+    low = -1 if allow_wildcard else 0
+    if any(d < low for d in dims):
+        raise ValueError(f"{what}: invalid dimensions {dims}")
+    return dims
+
+
+# ---------------------------------------------------------------------------- logger, weights
+
+
+_Severity = Severity
+
+
+class ILogger:
+    Severity = Severity
+    INTERNAL_ERROR = Severity.INTERNAL_ERROR
+    ERROR = Severity.ERROR
+    WARNING = Severity.WARNING
+    INFO = Severity.INFO
+    VERBOSE = Severity.VERBOSE
+
+    def __init__(self) -> None:
+        pass
+
+    def log(self, severity: _Severity, msg: str) -> None:
+        raise NotImplementedError("ILogger.log is pure virtual: subclasses implement it")
+
+
+class Logger(ILogger):
+    def __init__(self, min_severity: Severity = Severity.WARNING) -> None:
+        super().__init__()
+        self.min_severity = _check(min_severity, Severity, "Logger(min_severity)")
+        self.messages: list[tuple[Severity, str]] = []
+
+    def log(self, severity: Severity, msg: str) -> None:
+        self.messages.append((severity, msg))
+
+
+class Weights:
+    """Weights(type=DataType.FLOAT) | Weights(a: numpy array) | Weights(type, ptr, count).
+
+    Like TensorRT, an array is not copied: the Weights points into it. A pointer is read
+    at construction (the stand-in cannot defer a raw read safely).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        unknown = set(kwargs) - {"type", "a", "ptr", "count"}
+        if unknown:
+            raise TypeError(f"Weights(): unexpected keyword(s) {sorted(unknown)}")
+        self._array: np.ndarray | None = None
+        self._values: np.ndarray | None = None  # float32 values (pointer form)
+        self.pointer = 0
+        if "a" in kwargs or (len(args) == 1 and not kwargs and isinstance(args[0], np.ndarray)):
+            if len(args) + len(kwargs) != 1:
+                raise TypeError("Weights(a): takes exactly one numpy array")
+            array = kwargs.get("a", args[0] if args else None)
+            _check(array, np.ndarray, "Weights(a)")
+            assert isinstance(array, np.ndarray)
+            if not array.flags["C_CONTIGUOUS"]:
+                raise ValueError("Weights(a): the array must be contiguous")
+            if array.dtype not in _NUMPY_TYPES:
+                raise TypeError(f"Weights(a): unsupported numpy dtype {array.dtype}")
+            self.dtype = _NUMPY_TYPES[array.dtype]
+            self._array = array
+            self.size = int(array.size)
+            self.pointer = int(array.__array_interface__["data"][0])
+        elif len(args) + len(kwargs) == 3:
+            names = ("type", "ptr", "count")
+            values = dict(zip(names, args, strict=False)) | kwargs
+            if set(values) != set(names):
+                raise TypeError("Weights(type, ptr, count): missing arguments")
+            dtype = _check(values["type"], DataType, "Weights(type)")
+            ptr = _check(values["ptr"], int, "Weights(ptr)")
+            count = _check(values["count"], int, "Weights(count)")
+            self.dtype, self.size, self.pointer = dtype, count, ptr
+            raw = ctypes.string_at(ptr, count * _ITEMSIZE[dtype]) if count else b""
+            if dtype in _TORCH_TYPES:
+                tensor = torch.frombuffer(bytearray(raw), dtype=_TORCH_TYPES[dtype])
+                self._values = tensor.float().numpy()
+            else:
+                raise TypeError(f"Weights(type, ptr, count): stand-in reads float types only, "
+                                f"not {dtype}")
+        elif len(args) + len(kwargs) <= 1:
+            dtype = kwargs.get("type", args[0] if args else DataType.FLOAT)
+            self.dtype = _check(dtype, DataType, "Weights(type)")
+            self.size = 0
+        else:
+            raise TypeError(f"Weights(): no overload takes {len(args)} positional and "
+                            f"{sorted(kwargs)} keyword arguments")
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * _ITEMSIZE[self.dtype]
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def is_empty(self) -> bool:
+        """Stand-in only: TensorRT treats count 0 as 'no weights'."""
+        return self.size == 0
+
+    def numpy(self) -> np.ndarray:
+        if self._array is not None:
+            return self._array
+        if self._values is not None:
+            return self._values
+        return np.zeros((0,), np.float32)
+
+    def key(self) -> tuple[DataType, int, int]:
+        """TensorRT identifies weights by (type, value pointer, count)."""
+        return (self.dtype, self.pointer, self.size)
+
+    def values(self) -> torch.Tensor:
+        """Stand-in only: the weights as float32 torch values (flat)."""
+        return torch.from_numpy(np.asarray(self.numpy(), dtype=np.float32).reshape(-1).copy())
+
+
+def _as_weights(value: Any, what: str, *, optional: bool = False) -> Weights:
+    """Parameters typed Weights also take a numpy array (py::implicitly_convertible)."""
+    if value is None and optional:
+        return Weights()
+    if isinstance(value, np.ndarray):
+        return Weights(value)
+    return _check(value, Weights, what)
+
+
+# ---------------------------------------------------------------------------- tensors, layers
+
+
+class ITensor:
+    _ids = itertools.count()
+    _network: INetworkDefinition
+    _producer: ILayer | None
+    _name: str
+    _declared_dtype: DataType
+    _declared_shape: tuple[int, ...]
+    _id: int
+
+    def __init__(self, network: INetworkDefinition, producer: ILayer | None,
+                 name: str, dtype: DataType | None = None,
+                 shape: tuple[int, ...] | None = None) -> None:
+        object.__setattr__(self, "_network", network)
+        object.__setattr__(self, "_producer", producer)
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_declared_dtype", dtype)
+        object.__setattr__(self, "_declared_shape", shape)
+        object.__setattr__(self, "_id", next(ITensor._ids))
+
+    @property
+    def name(self) -> str:
+        return str(self._name)
+
+    @name.setter
+    def name(self, value: str) -> None:
+        object.__setattr__(self, "_name", _check(value, str, "ITensor.name"))
+
+    @property
+    def is_network_input(self) -> bool:
+        return self._producer is None
+
+    @property
+    def is_network_output(self) -> bool:
+        return self in self._network._outputs
+
+    @property
+    def producer(self) -> ILayer | None:
+        """Stand-in only: the layer whose output this is (None for network inputs)."""
+        return self._producer
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key == "name":
+            object.__setattr__(self, "_name", _check(value, str, "ITensor.name"))
+            return
+        raise AttributeError(f"ITensor has no settable attribute {key!r} in the stand-in")
+
+
+def _tuple_of(n: int | None) -> Any:
+    def check(value: Any, what: str) -> tuple[int, ...]:
+        dims = _dims(value, what)
+        if n is not None and len(dims) != n:
+            raise ValueError(f"{what}: expected {n} dimensions, got {dims}")
+        return dims
+    return check
+
+
+def _int(value: Any, what: str) -> int:
+    return int(_check(value, int, what))
+
+
+def _bool(value: Any, what: str) -> bool:
+    return bool(_check(value, bool, what))
+
+
+def _enum_of(kind: type[_Enum]) -> Any:
+    def check(value: Any, what: str) -> _Enum:
+        return _check(value, kind, what)
+    return check
+
+
+def _weights_attr(value: Any, what: str) -> Weights:
+    return _as_weights(value, what)
+
+
+# settable attributes per layer kind, with their validators and defaults
+_ATTRIBUTES: dict[LayerType, dict[str, tuple[Any, Any]]] = {
+    LayerType.CONVOLUTION: {
+        "stride_nd": (_tuple_of(None), None), "padding_nd": (_tuple_of(None), None),
+        "dilation_nd": (_tuple_of(None), None), "num_groups": (_int, 1),
+        "num_output_maps": (_int, None), "kernel_size_nd": (_tuple_of(None), None),
+        "kernel": (_weights_attr, None), "bias": (_weights_attr, None),
+    },
+    LayerType.POOLING: {
+        "type": (_enum_of(PoolingType), None), "window_size_nd": (_tuple_of(None), None),
+        "stride_nd": (_tuple_of(None), None), "padding_nd": (_tuple_of(None), None),
+        "average_count_excludes_padding": (_bool, True),
+    },
+    LayerType.ACTIVATION: {"type": (_enum_of(ActivationType), None)},
+    LayerType.SCALE: {
+        "mode": (_enum_of(ScaleMode), None), "shift": (_weights_attr, None),
+        "scale": (_weights_attr, None), "power": (_weights_attr, None),
+        "channel_axis": (_int, 1),
+    },
+    LayerType.ELEMENTWISE: {"op": (_enum_of(ElementWiseOperation), None)},
+    LayerType.UNARY: {"op": (_enum_of(UnaryOperation), None)},
+    LayerType.SHUFFLE: {
+        "reshape_dims": (lambda v, w: _dims(v, w, allow_wildcard=True), None),
+        "first_transpose": (_tuple_of(None), None), "second_transpose": (_tuple_of(None), None),
+        "zero_is_placeholder": (_bool, True),
+    },
+    LayerType.REDUCE: {"op": (_enum_of(ReduceOperation), None), "axes": (_int, None),
+                       "keep_dims": (_bool, None)},
+    LayerType.MATRIX_MULTIPLY: {"op0": (_enum_of(MatrixOperation), None),
+                                "op1": (_enum_of(MatrixOperation), None)},
+    LayerType.CONSTANT: {"weights": (_weights_attr, None), "shape": (_tuple_of(None), None)},
+    LayerType.CAST: {"to_type": (_enum_of(DataType), None)},
+    LayerType.IDENTITY: {},
+}
+
+# how many inputs set_input may address, per kind (conv: data, kernel, bias)
+_MAX_INPUTS = {LayerType.CONVOLUTION: 3, LayerType.SHUFFLE: 2}
+
+
+class ILayer:
+    """One recorded layer. `kind`, `inputs`, `set_input_calls` are stand-in records."""
+
+    def __init__(self, network: INetworkDefinition, kind: LayerType,
+                 inputs: Sequence[ITensor | None], **attrs: Any) -> None:
+        object.__setattr__(self, "_network", network)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "inputs", list(inputs))
+        object.__setattr__(self, "set_input_calls", [])
+        object.__setattr__(self, "_attrs", {})
+        object.__setattr__(self, "_name", f"({kind.name} #{len(network._layers)})")
+        index = len(network._layers)
+        output = ITensor(network, self, f"({kind.name} #{index} output)")
+        object.__setattr__(self, "_outputs", [output])
+        for key, value in attrs.items():
+            setattr(self, key, value)
+
+    # ILayer API
+    @property
+    def name(self) -> str:
+        return str(self._name)
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._outputs)
+
+    def get_input(self, index: int) -> ITensor | None:
+        _int(index, "get_input(index)")
+        return self.inputs[index] if 0 <= index < len(self.inputs) else None
+
+    def get_output(self, index: int) -> ITensor | None:
+        _int(index, "get_output(index)")
+        return self._outputs[index] if 0 <= index < len(self._outputs) else None
+
+    def set_input(self, index: int, tensor: ITensor) -> None:
+        _int(index, "set_input(index)")
+        _check(tensor, ITensor, "set_input(tensor)")
+        limit = _MAX_INPUTS.get(self.kind, len(self.inputs))
+        if not 0 <= index < limit:
+            raise IndexError(f"{self.kind.name} layer: set_input index {index} out of range")
+        while len(self.inputs) <= index:
+            self.inputs.append(None)
+        self.inputs[index] = tensor
+        self.set_input_calls.append((index, tensor))
+
+    def __getattr__(self, key: str) -> Any:
+        spec = _ATTRIBUTES[object.__getattribute__(self, "kind")]
+        if key in spec:
+            return self._attrs.get(key, spec[key][1])
+        if key == "type":
+            return self.kind
+        raise AttributeError(f"{self.kind.name} layer has no attribute {key!r}")
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key == "name":
+            object.__setattr__(self, "_name", _check(value, str, "ILayer.name"))
+            return
+        spec = _ATTRIBUTES[self.kind]
+        if key not in spec:
+            raise AttributeError(f"{self.kind.name} layer has no settable attribute {key!r}")
+        self._attrs[key] = spec[key][0](value, f"{self.kind.name}.{key}")
+
+    def weights(self) -> dict[str, Weights]:
+        """Stand-in only: the layer's Weights by role (kernel, bias, shift, ...)."""
+        return {k: v for k, v in self._attrs.items() if isinstance(v, Weights)}
+
+
+class INetworkDefinition:
+    def __init__(self, flags: int) -> None:
+        self.flags = flags
+        self._layers: list[ILayer] = []
+        self._inputs: list[ITensor] = []
+        self._outputs: list[ITensor] = []
+        self._weight_names: dict[tuple[DataType, int, int], str] = {}
+
+    # stand-in records
+    @property
+    def strongly_typed(self) -> bool:
+        return bool(self.flags & (1 << int(NetworkDefinitionCreationFlag.STRONGLY_TYPED)))
+
+    @property
+    def layers(self) -> list[ILayer]:
+        return list(self._layers)
+
+    @property
+    def weight_names(self) -> dict[str, Weights]:
+        """Stand-in only: name -> the (first) Weights of that key in use."""
+        out: dict[str, Weights] = {}
+        for weights in self._used_weights():
+            name = self._weight_names.get(weights.key())
+            if name is not None and name not in out:
+                out[name] = weights
+        return out
+
+    def _used_weights(self) -> Iterable[Weights]:
+        for layer in self._layers:
+            yield from layer.weights().values()
+
+    # INetworkDefinition API
+    @property
+    def num_layers(self) -> int:
+        return len(self._layers)
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self._inputs)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._outputs)
+
+    def get_layer(self, index: int) -> ILayer:
+        return self._layers[_int(index, "get_layer(index)")]
+
+    def get_input(self, index: int) -> ITensor:
+        return self._inputs[_int(index, "get_input(index)")]
+
+    def get_output(self, index: int) -> ITensor:
+        return self._outputs[_int(index, "get_output(index)")]
+
+    def _tensor(self, value: Any, what: str) -> ITensor:
+        tensor: ITensor = _check(value, ITensor, what)
+        if tensor._network is not self:
+            raise ValueError(f"{what}: the tensor belongs to another network")
+        return tensor
+
+    def _add(self, kind: LayerType, inputs: Sequence[ITensor | None], **attrs: Any) -> ILayer:
+        layer = ILayer(self, kind, inputs, **attrs)
+        self._layers.append(layer)
+        return layer
+
+    def add_input(self, name: str, dtype: DataType, shape: Sequence[int]) -> ITensor:
+        _check(name, str, "add_input(name)")
+        _check(dtype, DataType, "add_input(dtype)")
+        dims = _dims(shape, "add_input(shape)", allow_wildcard=True)
+        if any(t.name == name for t in self._inputs):
+            raise ValueError(f"add_input: an input named {name!r} exists")
+        tensor = ITensor(self, None, name, dtype, dims)
+        self._inputs.append(tensor)
+        return tensor
+
+    def mark_output(self, tensor: ITensor) -> None:
+        self._outputs.append(self._tensor(tensor, "mark_output(tensor)"))
+
+    def add_convolution_nd(self, input: ITensor, num_output_maps: int,
+                           kernel_shape: Sequence[int], kernel: Weights,
+                           bias: Weights | None = None) -> ILayer:
+        x = self._tensor(input, "add_convolution_nd(input)")
+        maps = _int(num_output_maps, "add_convolution_nd(num_output_maps)")
+        shape = _dims(kernel_shape, "add_convolution_nd(kernel_shape)")
+        if len(shape) not in (2, 3) or maps <= 0:
+            raise ValueError(f"add_convolution_nd: kernel_shape {shape}, maps {maps}")
+        return self._add(LayerType.CONVOLUTION, [x], num_output_maps=maps,
+                         kernel_size_nd=shape,
+                         kernel=_as_weights(kernel, "add_convolution_nd(kernel)"),
+                         bias=_as_weights(bias, "add_convolution_nd(bias)", optional=True))
+
+    def add_scale(self, input: ITensor, mode: ScaleMode, shift: Weights | None = None,
+                  scale: Weights | None = None, power: Weights | None = None) -> ILayer:
+        x = self._tensor(input, "add_scale(input)")
+        _check(mode, ScaleMode, "add_scale(mode)")
+        return self._add(LayerType.SCALE, [x], mode=mode,
+                         shift=_as_weights(shift, "add_scale(shift)", optional=True),
+                         scale=_as_weights(scale, "add_scale(scale)", optional=True),
+                         power=_as_weights(power, "add_scale(power)", optional=True))
+
+    def add_activation(self, input: ITensor, type: ActivationType) -> ILayer:
+        x = self._tensor(input, "add_activation(input)")
+        return self._add(LayerType.ACTIVATION, [x],
+                         type=_check(type, ActivationType, "add_activation(type)"))
+
+    def add_pooling_nd(self, input: ITensor, type: PoolingType,
+                       window_size: Sequence[int]) -> ILayer:
+        x = self._tensor(input, "add_pooling_nd(input)")
+        return self._add(LayerType.POOLING, [x],
+                         type=_check(type, PoolingType, "add_pooling_nd(type)"),
+                         window_size_nd=_dims(window_size, "add_pooling_nd(window_size)"))
+
+    def add_reduce(self, input: ITensor, op: ReduceOperation, axes: int,
+                   keep_dims: bool) -> ILayer:
+        x = self._tensor(input, "add_reduce(input)")
+        return self._add(LayerType.REDUCE, [x], op=_check(op, ReduceOperation, "add_reduce(op)"),
+                         axes=_int(axes, "add_reduce(axes)"),
+                         keep_dims=_bool(keep_dims, "add_reduce(keep_dims)"))
+
+    def add_shuffle(self, input: ITensor) -> ILayer:
+        return self._add(LayerType.SHUFFLE, [self._tensor(input, "add_shuffle(input)")])
+
+    def add_matrix_multiply(self, input0: ITensor, op0: MatrixOperation, input1: ITensor,
+                            op1: MatrixOperation) -> ILayer:
+        a = self._tensor(input0, "add_matrix_multiply(input0)")
+        b = self._tensor(input1, "add_matrix_multiply(input1)")
+        return self._add(LayerType.MATRIX_MULTIPLY, [a, b],
+                         op0=_check(op0, MatrixOperation, "add_matrix_multiply(op0)"),
+                         op1=_check(op1, MatrixOperation, "add_matrix_multiply(op1)"))
+
+    def add_elementwise(self, input1: ITensor, input2: ITensor,
+                        op: ElementWiseOperation) -> ILayer:
+        a = self._tensor(input1, "add_elementwise(input1)")
+        b = self._tensor(input2, "add_elementwise(input2)")
+        return self._add(LayerType.ELEMENTWISE, [a, b],
+                         op=_check(op, ElementWiseOperation, "add_elementwise(op)"))
+
+    def add_unary(self, input: ITensor, op: UnaryOperation) -> ILayer:
+        x = self._tensor(input, "add_unary(input)")
+        return self._add(LayerType.UNARY, [x], op=_check(op, UnaryOperation, "add_unary(op)"))
+
+    def add_constant(self, shape: Sequence[int], weights: Weights) -> ILayer:
+        dims = _dims(shape, "add_constant(shape)")
+        w = _as_weights(weights, "add_constant(weights)")
+        if w.size != math.prod(dims):
+            raise ValueError(f"add_constant: {w.size} weights do not fill shape {dims}")
+        return self._add(LayerType.CONSTANT, [], weights=w, shape=dims)
+
+    def add_cast(self, input: ITensor, to_type: DataType) -> ILayer:
+        x = self._tensor(input, "add_cast(input)")
+        return self._add(LayerType.CAST, [x], to_type=_check(to_type, DataType,
+                                                             "add_cast(to_type)"))
+
+    def add_identity(self, input: ITensor) -> ILayer:
+        return self._add(LayerType.IDENTITY, [self._tensor(input, "add_identity(input)")])
+
+    def set_weights_name(self, weights: Weights, name: str) -> bool:
+        """TensorRT: 'The name must be set after the Weights are used in the network'; a
+        name already given to other weights is refused."""
+        _check(weights, Weights, "set_weights_name(weights)")
+        _check(name, str, "set_weights_name(name)")
+        if not any(w.key() == weights.key() for w in self._used_weights()):
+            return False
+        for key, existing in self._weight_names.items():
+            if existing == name and key != weights.key():
+                return False
+        self._weight_names[weights.key()] = name
+        return True
+
+
+# ---------------------------------------------------------------------------- builder side
+
+
+class ITimingCache:
+    MAGIC = b"STANDIN-TIMING-CACHE:"
+
+    def __init__(self, entries: int = 0) -> None:
+        self.entries = entries
+
+    def serialize(self) -> bytes:
+        return self.MAGIC + str(self.entries).encode()
+
+
+class IOptimizationProfile:
+    def __init__(self) -> None:
+        self.shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
+
+    def set_shape(self, input: str, min: Sequence[int], opt: Sequence[int],
+                  max: Sequence[int]) -> None:
+        _check(input, str, "set_shape(input)")
+        lo, mid, hi = (_dims(v, f"set_shape({k})") for k, v in
+                       (("min", min), ("opt", opt), ("max", max)))
+        if not len(lo) == len(mid) == len(hi) or not all(
+            a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True)
+        ):
+            raise ValueError(f"set_shape({input}): need min <= opt <= max, got {lo} {mid} {hi}")
+        self.shapes[input] = (lo, mid, hi)
+
+    def get_shape(self, input: str) -> list[tuple[int, ...]]:
+        return list(self.shapes[_check(input, str, "get_shape(input)")])
+
+
+class IBuilderConfig:
+    def __init__(self) -> None:
+        self._flags: set[BuilderFlag] = {BuilderFlag.TF32}  # TensorRT's default
+        self._level = 3
+        self._verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
+        self.memory_pool_limits: dict[MemoryPoolType, int] = {}
+        self.profiles: list[IOptimizationProfile] = []
+        self._timing_cache: ITimingCache | None = None
+
+    @staticmethod
+    def _flag(flag: Any, what: str) -> BuilderFlag:
+        # TensorRT 11's stand-in has its own, smaller BuilderFlag enum; same names
+        if not isinstance(flag, _Enum) or type(flag).__name__ != "BuilderFlag":
+            raise TypeError(f"{what}: incompatible argument: expected BuilderFlag, got {flag!r}")
+        return BuilderFlag[flag.name]
+
+    def set_flag(self, flag: BuilderFlag) -> None:
+        self._flags.add(self._flag(flag, "set_flag(flag)"))
+
+    def clear_flag(self, flag: BuilderFlag) -> None:
+        self._flags.discard(self._flag(flag, "clear_flag(flag)"))
+
+    def get_flag(self, flag: BuilderFlag) -> bool:
+        return self._flag(flag, "get_flag(flag)") in self._flags
+
+    @property
+    def builder_optimization_level(self) -> int:
+        return self._level
+
+    @builder_optimization_level.setter
+    def builder_optimization_level(self, value: int) -> None:
+        level = _int(value, "builder_optimization_level")
+        if not 0 <= level <= 5:
+            raise ValueError(f"builder_optimization_level {level} is outside 0-5")
+        self._level = level
+
+    @property
+    def profiling_verbosity(self) -> ProfilingVerbosity:
+        return self._verbosity
+
+    @profiling_verbosity.setter
+    def profiling_verbosity(self, value: ProfilingVerbosity) -> None:
+        self._verbosity = _check(value, ProfilingVerbosity, "profiling_verbosity")
+
+    def set_memory_pool_limit(self, pool: MemoryPoolType, pool_size: int) -> None:
+        _check(pool, MemoryPoolType, "set_memory_pool_limit(pool)")
+        self.memory_pool_limits[pool] = _int(pool_size, "set_memory_pool_limit(pool_size)")
+
+    def add_optimization_profile(self, profile: IOptimizationProfile) -> int:
+        _check(profile, IOptimizationProfile, "add_optimization_profile(profile)")
+        if not profile.shapes:
+            return -1
+        self.profiles.append(profile)
+        return len(self.profiles) - 1
+
+    def create_timing_cache(self, serialized_timing_cache: Any) -> ITimingCache:
+        data = bytes(memoryview(serialized_timing_cache))  # any buffer, like py::buffer
+        if not data:
+            return ITimingCache()
+        if not data.startswith(ITimingCache.MAGIC):
+            raise ValueError("create_timing_cache: not a timing cache")
+        return ITimingCache(int(data[len(ITimingCache.MAGIC):]))
+
+    def set_timing_cache(self, cache: ITimingCache, ignore_mismatch: bool) -> bool:
+        _check(cache, ITimingCache, "set_timing_cache(cache)")
+        _bool(ignore_mismatch, "set_timing_cache(ignore_mismatch)")
+        self._timing_cache = cache
+        return True
+
+    def get_timing_cache(self) -> ITimingCache | None:
+        return self._timing_cache
+
+
+_PLANS: dict[bytes, tuple[INetworkDefinition, IBuilderConfig]] = {}
+_PLAN_IDS = itertools.count()
+
+
+class Builder:
+    def __init__(self, logger: ILogger) -> None:
+        self.logger = _check(logger, ILogger, "Builder(logger)")
+        self.networks: list[INetworkDefinition] = []
+
+    def create_network(self, flags: int = 0) -> INetworkDefinition:
+        network = INetworkDefinition(_int(flags, "create_network(flags)"))
+        self.networks.append(network)
+        return network
+
+    def create_builder_config(self) -> IBuilderConfig:
+        return IBuilderConfig()
+
+    def create_optimization_profile(self) -> IOptimizationProfile:
+        return IOptimizationProfile()
+
+    def build_serialized_network(self, network: INetworkDefinition,
+                                 config: IBuilderConfig) -> bytes | None:
+        """Checks what TensorRT's builder checks, logs the reason and returns None on error."""
+        _check(network, INetworkDefinition, "build_serialized_network(network)")
+        _check(config, IBuilderConfig, "build_serialized_network(config)")
+        try:
+            _validate(network, config)
+        except StandInError as exc:
+            self.logger.log(Severity.ERROR, str(exc))
+            return None
+        if config._timing_cache is not None:
+            config._timing_cache.entries += 1
+        plan = b"STANDIN-PLAN:%d" % next(_PLAN_IDS)
+        _PLANS[plan] = (network, config)
+        return plan
+
+
+def _validate(network: INetworkDefinition, config: IBuilderConfig) -> None:
+    if not network._inputs or not network._outputs:
+        raise StandInError("network needs at least one input and one marked output")
+    precision_flags = {BuilderFlag.FP16, BuilderFlag.BF16, BuilderFlag.INT8} & config._flags
+    if network.strongly_typed and precision_flags:
+        raise StandInError(f"strongly typed networks take no precision flags "
+                           f"({sorted(f.name for f in precision_flags)})")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for tensor in network._inputs:
+        declared = tensor._declared_shape
+        if -1 in declared:
+            profile = next((p for p in config.profiles if tensor.name in p.shapes), None)
+            if profile is None:
+                raise StandInError(f"input {tensor.name} is dynamic but no optimization "
+                                   "profile gives its shape")
+            lo, opt, hi = profile.shapes[tensor.name]
+            for d, a, c in zip(declared, lo, hi, strict=False):
+                if len(lo) != len(declared) or (d != -1 and not a == c == d):
+                    raise StandInError(f"profile {lo}..{hi} does not fit input "
+                                       f"{tensor.name} {declared}")
+            shapes[tensor.name] = opt
+        else:
+            shapes[tensor.name] = declared
+    inputs = {name: torch.empty(shape, device="meta") for name, shape in shapes.items()}
+    evaluate(network, inputs)  # shape and type inference; raises StandInError
+
+
+# ---------------------------------------------------------------------------- runtime side
+
+
+class IEngineInspector:
+    def __init__(self, engine: ICudaEngine) -> None:
+        self._engine = engine
+
+    def get_engine_information(self, format: LayerInformationFormat) -> str:
+        _check(format, LayerInformationFormat, "get_engine_information(format)")
+        layers = self._engine._network._layers
+        detailed = self._engine._config._verbosity == ProfilingVerbosity.DETAILED
+        if format == LayerInformationFormat.ONELINE:
+            return "\n".join(layer.name for layer in layers)
+        entries: list[Any] = [
+            {"Name": layer.name, "LayerType": layer.kind.name} if detailed else layer.name
+            for layer in layers
+        ]
+        return json.dumps({"Layers": entries, "Bindings": [INPUT.name for INPUT in
+                                                           self._engine._io()]})
+
+
+class ICudaEngine:
+    def __init__(self, network: INetworkDefinition, config: IBuilderConfig) -> None:
+        self._network = network
+        self._config = config
+        # refit replaces values here, keyed like TensorRT by the weights' name
+        self.refitted: dict[str, torch.Tensor] = {}
+
+    def _io(self) -> list[ITensor]:
+        return [*self._network._inputs, *self._network._outputs]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._network._layers)
+
+    @property
+    def num_io_tensors(self) -> int:
+        return len(self._io())
+
+    @property
+    def refittable(self) -> bool:
+        return BuilderFlag.REFIT in self._config._flags
+
+    def get_tensor_name(self, index: int) -> str:
+        return self._io()[_int(index, "get_tensor_name(index)")].name
+
+    def _named(self, name: str) -> ITensor:
+        _check(name, str, "name")
+        for tensor in self._io():
+            if tensor.name == name:
+                return tensor
+        raise KeyError(name)
+
+    def get_tensor_mode(self, name: str) -> TensorIOMode:
+        tensor = self._named(name)
+        return TensorIOMode.INPUT if tensor in self._network._inputs else TensorIOMode.OUTPUT
+
+    def get_tensor_dtype(self, name: str) -> DataType:
+        return _types(self._network)[self._named(name)._id]
+
+    def create_engine_inspector(self) -> IEngineInspector:
+        return IEngineInspector(self)
+
+    def evaluate(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Stand-in only: run the engine's network on the CPU, refitted weights included."""
+        return evaluate(self._network, inputs, refitted=self.refitted)
+
+
+class Runtime:
+    def __init__(self, logger: ILogger) -> None:
+        self.logger = _check(logger, ILogger, "Runtime(logger)")
+
+    def deserialize_cuda_engine(self, serialized_engine: Any) -> ICudaEngine | None:
+        data = bytes(memoryview(serialized_engine))
+        if data not in _PLANS:
+            self.logger.log(Severity.ERROR, "deserialize_cuda_engine: not a stand-in plan")
+            return None
+        return ICudaEngine(*_PLANS[data])
+
+
+class Refitter:
+    def __init__(self, engine: ICudaEngine, logger: ILogger) -> None:
+        self._engine = _check(engine, ICudaEngine, "Refitter(engine)")
+        self._logger = _check(logger, ILogger, "Refitter(logger)")
+        self._pending: dict[str, Weights] = {}
+        if not engine.refittable:
+            logger.log(Severity.ERROR, "Refitter: the engine was not built refittable")
+
+    def _named(self) -> dict[str, Weights]:
+        return self._engine._network.weight_names if self._engine.refittable else {}
+
+    def get_all_weights(self) -> list[str]:
+        return sorted(self._named())
+
+    def get_missing_weights(self) -> list[str]:
+        return []  # no fused dependencies in the stand-in: a partial refit is complete
+
+    def set_named_weights(self, name: str, weights: Weights) -> bool:
+        _check(name, str, "set_named_weights(name)")
+        _check(weights, Weights, "set_named_weights(weights)")
+        named = self._named()
+        if name not in named:
+            self._logger.log(Severity.ERROR, f"refit: no weights named {name!r}")
+            return False
+        old = named[name]
+        if (old.dtype, old.size) != (weights.dtype, weights.size):
+            self._logger.log(Severity.ERROR, f"refit: {name!r} needs {old.size} {old.dtype.name}"
+                             f" values, got {weights.size} {weights.dtype.name}")
+            return False
+        self._pending[name] = weights
+        return True
+
+    def refit_cuda_engine(self) -> bool:
+        if not self._engine.refittable:
+            return False
+        for name, weights in self._pending.items():
+            self._engine.refitted[name] = weights.values()
+        self._pending.clear()
+        return True
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+def _order(network: INetworkDefinition) -> list[ILayer]:
+    """Layers in dependency order (set_input may wire a layer to one created after it)."""
+    producer = {id(layer._outputs[0]): layer for layer in network._layers}
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+    order: list[ILayer] = []
+    for root in network._layers:
+        stack: list[tuple[ILayer, int]] = [(root, 0)]
+        while stack:
+            layer, next_input = stack.pop()
+            if next_input == 0:
+                if state.get(id(layer)) == 2:
+                    continue
+                state[id(layer)] = 1
+            if next_input < len(layer.inputs):
+                stack.append((layer, next_input + 1))
+                tensor = layer.inputs[next_input]
+                if tensor is None:
+                    raise StandInError(f"layer {layer.name}: input {next_input} was never set")
+                parent = producer.get(id(tensor))
+                if parent is not None:
+                    if state.get(id(parent)) == 1:
+                        raise StandInError(f"layer {layer.name}: the network has a cycle")
+                    if state.get(id(parent)) != 2:
+                        stack.append((parent, 0))
+                continue
+            state[id(layer)] = 2
+            order.append(layer)
+    return order
+
+
+def _types(network: INetworkDefinition) -> dict[int, DataType]:
+    types = {t._id: t._declared_dtype for t in network._inputs}
+    for layer in _order(network):
+        types[layer._outputs[0]._id] = _layer_type(network, layer, types)
+    return types
+
+
+def _layer_type(network: INetworkDefinition, layer: ILayer, types: dict[int, DataType]) -> DataType:
+    """TensorRT's type rules for the layers we use; mismatches are build errors."""
+    kind = layer.kind
+    ins = [types[t._id] for t in layer.inputs if t is not None]
+    strong = network.strongly_typed
+    if kind == LayerType.CONSTANT:
+        return layer.weights()["weights"].dtype
+    if kind == LayerType.CAST:
+        return layer.to_type
+    if ins[0] not in _FLOAT_TYPES:
+        raise StandInError(f"layer {layer.name}: input type {ins[0].name} is not a float type")
+    if kind in (LayerType.ELEMENTWISE, LayerType.MATRIX_MULTIPLY) and len(set(ins)) != 1:
+        raise StandInError(f"layer {layer.name}: operand types differ "
+                           f"({', '.join(t.name for t in ins)})")
+    if kind == LayerType.CONVOLUTION and len(set(ins)) != 1:
+        raise StandInError(f"layer {layer.name}: kernel/bias tensors must have the input's "
+                           f"type ({', '.join(t.name for t in ins)})")
+    if strong:
+        for role, weights in layer.weights().items():
+            if not weights.is_empty and weights.dtype != ins[0]:
+                raise StandInError(f"layer {layer.name}: strongly typed, {role} weights are "
+                                   f"{weights.dtype.name} but the input is {ins[0].name}")
+    return ins[0]
+
+
+def _weight_tensor(weights: Weights, layer: ILayer, role: str,
+                   refitted: dict[str, torch.Tensor], names: dict[tuple[Any, ...], str],
+                   device: str) -> torch.Tensor:
+    name = names.get(weights.key())
+    values = refitted[name] if name is not None and name in refitted else weights.values()
+    if weights.dtype == DataType.HALF:
+        values = values.half().float()
+    return values.to(device)
+
+
+def evaluate(network: INetworkDefinition, inputs: dict[str, torch.Tensor], *,
+             refitted: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Run the recorded network with torch ops (float32 arithmetic, declared types checked).
+
+    Values at half/bf16 casts are rounded to that type, and fp16 weights carry their fp16
+    values; otherwise arithmetic is float32, so numerical comparisons test the wiring, not
+    TensorRT's kernels. With meta tensors it is shape and type inference only.
+    """
+    refitted = refitted or {}
+    names = network._weight_names
+    types = _types(network)
+    values: dict[int, torch.Tensor] = {}
+    device = "cpu"
+    for tensor in network._inputs:
+        if tensor.name not in inputs:
+            raise StandInError(f"no value for input {tensor.name}")
+        x = inputs[tensor.name]
+        device = str(x.device.type)
+        declared = tensor._declared_shape
+        if len(declared) != x.dim() or any(d not in (-1, s) for d, s in
+                                           zip(declared, x.shape, strict=True)):
+            raise StandInError(f"input {tensor.name}: shape {tuple(x.shape)} does not match "
+                               f"{declared}")
+        dtype = _TORCH_TYPES[tensor._declared_dtype]
+        values[tensor._id] = x.to(dtype).float()
+    for layer in _order(network):
+        try:
+            out = _run_layer(layer, values, refitted, names, device)
+        except StandInError:
+            raise
+        except (RuntimeError, ValueError, IndexError) as exc:
+            raise StandInError(f"layer {layer.name} ({layer.kind.name}): {exc}") from exc
+        if layer.kind == LayerType.CAST:
+            out = out.to(_TORCH_TYPES[layer.to_type]).float()
+        values[layer._outputs[0]._id] = out
+    del types  # computed for its checks
+    return {t.name: values[t._id] for t in network._outputs}
+
+
+def _broadcast_check(layer: ILayer, a: torch.Tensor, b: torch.Tensor) -> None:
+    if a.dim() != b.dim():
+        raise StandInError(f"layer {layer.name}: operands have rank {a.dim()} and {b.dim()}; "
+                           "TensorRT broadcasts only tensors of equal rank")
+    for x, y in zip(a.shape, b.shape, strict=True):
+        if x != y and 1 not in (x, y):
+            raise StandInError(f"layer {layer.name}: shapes {tuple(a.shape)} and "
+                               f"{tuple(b.shape)} do not broadcast")
+
+
+def _run_layer(layer: ILayer, values: dict[int, torch.Tensor], refitted: dict[str, torch.Tensor],
+               names: dict[tuple[Any, ...], str], device: str) -> torch.Tensor:
+    kind = layer.kind
+    ins = [values[t._id] for t in layer.inputs if t is not None]
+
+    def w(role: str) -> torch.Tensor:
+        return _weight_tensor(layer.weights()[role], layer, role, refitted, names, device)
+
+    if kind == LayerType.CONSTANT:
+        return w("weights").reshape(layer.shape)
+    x = ins[0]
+    if kind == LayerType.CONVOLUTION:
+        k = tuple(layer.kernel_size_nd)
+        groups = layer.num_groups
+        cin = x.shape[1]
+        kernel_w, bias_w = layer.weights()["kernel"], layer.weights()["bias"]
+        has_kernel_input = len(layer.inputs) > 1 and layer.inputs[1] is not None
+        has_bias_input = len(layer.inputs) > 2 and layer.inputs[2] is not None
+        if has_kernel_input == (not kernel_w.is_empty):
+            raise StandInError(f"layer {layer.name}: the kernel must come from exactly one of "
+                               "kernel weights or set_input(1) (with empty weights)")
+        if has_bias_input and not bias_w.is_empty:
+            raise StandInError(f"layer {layer.name}: set_input(2) needs empty bias weights")
+        shape = (layer.num_output_maps, cin // groups, *k)
+        kernel = ins[1] if has_kernel_input else w("kernel")
+        if kernel.numel() != math.prod(shape):
+            raise StandInError(f"layer {layer.name}: kernel has {kernel.numel()} values, "
+                               f"needs {shape}")
+        kernel = kernel.reshape(shape)
+        bias = ins[2] if has_bias_input else (None if bias_w.is_empty else w("bias"))
+        if bias is not None:
+            if bias.numel() != layer.num_output_maps:
+                raise StandInError(f"layer {layer.name}: bias has {bias.numel()} values")
+            bias = bias.reshape(-1)
+        stride = layer.stride_nd or (1,) * len(k)
+        padding = layer.padding_nd or (0,) * len(k)
+        dilation = layer.dilation_nd or (1,) * len(k)
+        return F.conv2d(x, kernel, bias, stride, padding, dilation, groups)
+    if kind == LayerType.SCALE:
+        if layer.mode != ScaleMode.CHANNEL:
+            raise StandInError("stand-in evaluates CHANNEL scale only")
+        channels = x.shape[1]
+        view = (1, channels) + (1,) * (x.dim() - 2)
+        parts = {}
+        for role, default in (("scale", 1.0), ("shift", 0.0), ("power", 1.0)):
+            weights = layer.weights()[role]
+            if weights.is_empty:
+                parts[role] = torch.full(view, default, device=device)
+            else:
+                if weights.size != channels:
+                    raise StandInError(f"layer {layer.name}: {role} has {weights.size} values "
+                                       f"for {channels} channels")
+                parts[role] = w(role).reshape(view)
+        return torch.pow(x * parts["scale"] + parts["shift"], parts["power"])
+    if kind == LayerType.ACTIVATION:
+        if layer.type != ActivationType.RELU:
+            raise StandInError("stand-in evaluates RELU only")
+        return torch.relu(x)
+    if kind == LayerType.POOLING:
+        window = tuple(layer.window_size_nd)
+        stride = layer.stride_nd or (1,) * len(window)
+        padding = layer.padding_nd or (0,) * len(window)
+        if layer.type == PoolingType.MAX:
+            return F.max_pool2d(x, window, stride, padding)
+        return F.avg_pool2d(x, window, stride, padding,
+                            count_include_pad=not layer.average_count_excludes_padding)
+    if kind == LayerType.REDUCE:
+        axes = [d for d in range(x.dim()) if layer.axes >> d & 1]
+        if not axes or layer.axes >> x.dim():
+            raise StandInError(f"layer {layer.name}: axes mask {layer.axes:#b} for rank {x.dim()}")
+        ops = {ReduceOperation.AVG: torch.mean, ReduceOperation.SUM: torch.sum,
+               ReduceOperation.MAX: torch.amax, ReduceOperation.MIN: torch.amin}
+        return ops[layer.op](x, dim=axes, keepdim=layer.keep_dims)  # type: ignore[operator]
+    if kind == LayerType.SHUFFLE:
+        if layer.first_transpose is not None:
+            x = x.permute(layer.first_transpose)
+        if layer.reshape_dims is not None:
+            dims = list(layer.reshape_dims)
+            if layer.zero_is_placeholder:
+                dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+            x = x.reshape(dims)
+        if layer.second_transpose is not None:
+            x = x.permute(layer.second_transpose)
+        return x
+    if kind == LayerType.MATRIX_MULTIPLY:
+        a, b = ins
+        if a.dim() != b.dim():
+            raise StandInError(f"layer {layer.name}: matmul operands have rank {a.dim()} and "
+                               f"{b.dim()}")
+        if layer.op0 == MatrixOperation.TRANSPOSE:
+            a = a.transpose(-1, -2)
+        if layer.op1 == MatrixOperation.TRANSPOSE:
+            b = b.transpose(-1, -2)
+        return torch.matmul(a, b)
+    if kind == LayerType.ELEMENTWISE:
+        a, b = ins
+        _broadcast_check(layer, a, b)
+        ew = {ElementWiseOperation.SUM: torch.add, ElementWiseOperation.PROD: torch.mul,
+              ElementWiseOperation.SUB: torch.sub, ElementWiseOperation.DIV: torch.div,
+              ElementWiseOperation.MAX: torch.maximum, ElementWiseOperation.MIN: torch.minimum,
+              ElementWiseOperation.POW: torch.pow}
+        return ew[layer.op](a, b)  # type: ignore[operator]
+    if kind == LayerType.UNARY:
+        unary = {UnaryOperation.SQRT: torch.sqrt, UnaryOperation.EXP: torch.exp,
+                 UnaryOperation.LOG: torch.log, UnaryOperation.ABS: torch.abs,
+                 UnaryOperation.NEG: torch.neg, UnaryOperation.RECIP: torch.reciprocal}
+        return unary[layer.op](x)
+    if kind in (LayerType.CAST, LayerType.IDENTITY):
+        return x
+    raise StandInError(f"stand-in cannot evaluate {kind.name}")
+
+
+# ---------------------------------------------------------------------------- the module object
+
+
+class TensorRTStandIn:
+    """What tests pass where the product passes the `tensorrt` module.
+
+    Attribute access mirrors `import tensorrt as trt`; anything the stand-in does not
+    implement raises AttributeError naming it, so a converter using more of TensorRT than
+    is mirrored here fails loudly instead of silently passing.
+    """
+
+    __version__ = "0.0.0-standin"
+    DataType = DataType
+    float32 = DataType.FLOAT
+    float16 = DataType.HALF
+    bfloat16 = DataType.BF16
+    int32 = DataType.INT32
+    int64 = DataType.INT64
+    int8 = DataType.INT8
+    bool = DataType.BOOL
+    NetworkDefinitionCreationFlag = NetworkDefinitionCreationFlag
+    BuilderFlag = BuilderFlag
+    MemoryPoolType = MemoryPoolType
+    ProfilingVerbosity = ProfilingVerbosity
+    LayerInformationFormat = LayerInformationFormat
+    TensorIOMode = TensorIOMode
+    LayerType = LayerType
+    ActivationType = ActivationType
+    PoolingType = PoolingType
+    ScaleMode = ScaleMode
+    ElementWiseOperation = ElementWiseOperation
+    UnaryOperation = UnaryOperation
+    ReduceOperation = ReduceOperation
+    MatrixOperation = MatrixOperation
+    ILogger = ILogger
+    Logger = Logger
+    Weights = Weights
+    Builder = Builder
+    Runtime = Runtime
+    Refitter = Refitter
+    ITensor = ITensor
+    ILayer = ILayer
+    INetworkDefinition = INetworkDefinition
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"the TensorRT stand-in does not implement trt.{name}; mirror it "
+                             "from the TensorRT 10 Python API if the converter needs it")
+
+
+class _Builder11(Builder):
+    def create_network(self, flags: int = 0) -> INetworkDefinition:
+        # TensorRT 11: every network is strongly typed (the flag is kept, deprecated)
+        strong = 1 << int(NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+        return super().create_network(_int(flags, "create_network(flags)") | strong)
+
+
+class _BuilderFlag11(_Enum):
+    REFIT = 4
+    TF32 = 6
+    STRIP_PLAN = 8
+    REFIT_IDENTICAL = 9
+
+
+_BuilderFlag11.__name__ = "BuilderFlag"
+
+
+class TensorRT11StandIn(TensorRTStandIn):
+    """TensorRT 11's surface for precision: weakly typed networks and FP16/BF16 flags are gone."""
+
+    __version__ = "11.0.0-standin"
+    BuilderFlag = _BuilderFlag11  # type: ignore[assignment]
+    Builder = _Builder11
