@@ -1,7 +1,442 @@
-"""Placeholder: the owner of this module replaces it with real commands."""
+"""`speedwatch submit` (the CI client) and `speedwatch demo` (the embedded default, one command).
+
+`submit` talks to a server over HTTP only, so CI needs nothing but this package and a token.
+Exit codes are the contract with CI: 0 pass, 1 regression, 2 anything else (a failed cell,
+a refused request, a server that cannot be reached, a timeout), always with a one-line
+reason on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import typer
 
+EXIT_PASS = 0
+EXIT_REGRESSION = 1
+EXIT_ERROR = 2
+FINISHED = ("done", "failed")
+
+
+class ClientError(Exception):
+    """Something the user must fix or retry; the message is the one line CI shows."""
+
 
 def register(cli: typer.Typer) -> None:
-    return None
+    cli.command("submit")(submit)
+    cli.command("demo")(demo)
+
+
+# ---- request building ----------------------------------------------------------------------
+
+def _split(values: list[str] | None) -> list[str]:
+    """Accept `--batch 1,8` and `--batch 1 --batch 8` alike."""
+    out: list[str] = []
+    for value in values or []:
+        out.extend(v.strip() for v in value.split(",") if v.strip())
+    return out
+
+
+def _ints(values: list[str] | None, option: str) -> list[int]:
+    try:
+        return [int(v) for v in _split(values)]
+    except ValueError:
+        raise ClientError(f"{option}: expected integers such as 1,8") from None
+
+
+@dataclass
+class MatrixOptions:
+    models: list[str] = field(default_factory=lambda: ["resnet50"])
+    backends: list[str] = field(default_factory=lambda: ["onnxruntime"])
+    weights: list[str] = field(default_factory=lambda: ["constant"])
+    precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    batch_sizes: list[int] = field(default_factory=lambda: [1])
+    shape_modes: list[str] = field(default_factory=lambda: ["static"])
+    device: str = "cpu"
+    image_size: int | None = None
+    width: int | None = None
+    timing: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "models": self.models, "backends": self.backends, "weights": self.weights,
+            "precisions": self.precisions, "batch_sizes": self.batch_sizes,
+            "shape_modes": self.shape_modes, "device": self.device,
+        }
+        if self.image_size is not None:
+            body["image_size"] = self.image_size
+        if self.width is not None:
+            body["width"] = self.width
+        timing = {k: v for k, v in self.timing.items() if v is not None}
+        if timing:
+            body["timing"] = timing
+        return body
+
+
+def run_request(
+    *, project: str, revision: str, branch: str | None, pins: list[str],
+    interpreter: str | None, matrix: MatrixOptions, trigger: str = "cli",
+) -> dict[str, Any]:
+    environment: dict[str, Any] = (
+        {"interpreter": interpreter} if interpreter else {"pins": pins}
+    )
+    body: dict[str, Any] = {
+        "project": project, "revision": revision, "trigger": trigger,
+        "environment": environment, "matrix": matrix.to_json(),
+    }
+    if branch:
+        body["branch"] = branch
+    return body
+
+
+# ---- HTTP ----------------------------------------------------------------------------------
+
+class Api:
+    """The few calls the client makes; every failure becomes a ClientError with one line."""
+
+    def __init__(self, url: str, token: str | None, timeout_s: float = 30.0) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base = url.rstrip("/")
+        self._client = httpx.Client(base_url=self.base, headers=headers, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        import httpx
+
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ClientError(
+                f"cannot reach {self.base}: {type(exc).__name__}: {exc}".strip()
+            ) from None
+        if response.status_code >= 400:
+            raise ClientError(f"HTTP {response.status_code} from {method} {path}: "
+                              f"{_error_text(response)}")
+        try:
+            data = response.json()
+        except ValueError:
+            raise ClientError(f"{method} {path}: the server did not answer JSON") from None
+        if not isinstance(data, dict):
+            raise ClientError(f"{method} {path}: unexpected answer {str(data)[:100]}")
+        return data
+
+    def trigger(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return self._call("POST", "/api/v1/runs", json=body, headers=headers)
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/api/v1/runs/{run_id}")
+
+
+def _error_text(response: Any) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return (response.text or response.reason_phrase or "").strip().splitlines()[0][:300] \
+            if (response.text or response.reason_phrase) else "no message"
+    if isinstance(data, dict):
+        detail = str(data.get("detail", "")) if not isinstance(data.get("detail"), list) \
+            else "; ".join(str(d.get("msg", d)) for d in data["detail"])
+        errors = data.get("errors") or []
+        parts = [f"{e.get('field')}: {e.get('message')}" for e in errors if isinstance(e, dict)]
+        return "; ".join(p for p in [detail, *parts] if p)[:500] or "no message"
+    return str(data)[:300]
+
+
+# ---- waiting and reporting -----------------------------------------------------------------
+
+def exit_code_for(run: dict[str, Any]) -> int:
+    verdict = run.get("verdict")
+    if verdict == "pass":
+        return EXIT_PASS
+    if verdict == "regression":
+        return EXIT_REGRESSION
+    return EXIT_ERROR
+
+
+def _finished_count(progress: dict[str, Any]) -> int:
+    return int(progress.get("done", 0)) + int(progress.get("failed", 0)) + \
+        int(progress.get("skipped", 0))
+
+
+def wait_for_run(
+    api: Api, run: dict[str, Any], *, timeout_s: float, poll_s: float, quiet: bool = False,
+) -> dict[str, Any]:
+    """Poll until the run finishes, showing cells finished out of total; ClientError on timeout.
+
+    A few failed polls in a row are tolerated (a server restarting under CI); more are not.
+    """
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    console = Console(stderr=True)
+    deadline = time.monotonic() + timeout_s
+    failures = 0
+    progress_bar = Progress(
+        TextColumn("run {task.fields[run_id]} [bold]{task.fields[status]}[/]"),
+        BarColumn(), MofNCompleteColumn(), TextColumn("cells"), TimeElapsedColumn(),
+        console=console, disable=quiet,
+    )
+    with progress_bar:
+        p = run.get("progress", {})
+        task = progress_bar.add_task("run", total=p.get("total") or None,
+                                     completed=_finished_count(p), run_id=run["id"],
+                                     status=run["status"])
+        while run["status"] not in FINISHED:
+            if time.monotonic() >= deadline:
+                p = run.get("progress", {})
+                raise ClientError(
+                    f"timed out after {timeout_s:g} s waiting for run {run['id']} "
+                    f"(status {run['status']}, {_finished_count(p)}/{p.get('total', '?')} "
+                    "cells finished)"
+                )
+            time.sleep(poll_s)
+            try:
+                run = api.run(int(run["id"]))
+                failures = 0
+            except ClientError:
+                failures += 1
+                if failures >= 5:
+                    raise
+                continue
+            p = run.get("progress", {})
+            progress_bar.update(task, total=p.get("total") or None,
+                                completed=_finished_count(p), status=run["status"])
+    return run
+
+
+def print_run(run: dict[str, Any], url: str | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"run {run['id']}: {run.get('project')} @ {run.get('revision')}")
+    for column in ("series", "status", "speedup [95% CI]", "eager ms", "candidate ms",
+                   "accuracy"):
+        table.add_column(column, justify="right" if "ms" in column or "speedup" in column
+                         else "left")
+    for cell in run.get("cells", []):
+        r = cell.get("result") or {}
+        if r.get("speedup") is not None:
+            speedup = f"{r['speedup']:.2f}x [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+        else:
+            speedup = "-"
+        accuracy = {True: "ok", False: "FAILED", None: "-"}[r.get("accuracy_passed")]
+        status = cell["status"]
+        if cell.get("error") and status != "done":
+            status += f": {cell['error'][:80]}"
+        table.add_row(
+            cell["series_key"], status, speedup,
+            _ms(r.get("baseline_median_ms")), _ms(r.get("candidate_median_ms")), accuracy,
+        )
+    console.print(table)
+    verdict = run.get("verdict") or "none"
+    console.print(f"status: {run['status']}   verdict: [bold]{verdict}[/]")
+    for reason in run.get("reasons") or []:
+        console.print(f"  - {reason}")
+    if url:
+        console.print(f"results: {url}")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(EXIT_ERROR)
+
+
+# ---- speedwatch submit ---------------------------------------------------------------------
+
+def submit(
+    url: str = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000"),
+    token: str = typer.Option(..., envvar="SPEEDWATCH_TOKEN", help="Token with the ci scope."),
+    project: str = typer.Option(..., help="Project name (created on first use)."),
+    revision: str = typer.Option(..., help="Commit or version string under test."),
+    branch: str | None = typer.Option(None, help="Branch label."),
+    pin: list[str] | None = typer.Option(
+        None, "--pin", help="name==version to test (repeatable), e.g. onnxruntime==1.22.0."
+    ),
+    interpreter: str | None = typer.Option(
+        None, help="A named interpreter the workers know, instead of pins."
+    ),
+    model: list[str] | None = typer.Option(None, help="Models (repeat or comma-separate)."),
+    backend: list[str] | None = typer.Option(None, help="Backends, e.g. onnxruntime,inductor."),
+    weights: list[str] | None = typer.Option(None, help="constant, tensor, refit."),
+    precision: list[str] | None = typer.Option(None, help="fp32, fp16, bf16."),
+    batch: list[str] | None = typer.Option(None, help="Batch sizes, e.g. 1,8."),
+    shape_mode: list[str] | None = typer.Option(None, help="static, dynamic."),
+    device: str = typer.Option("cpu", help='"cpu", "cuda" or a GPU class the server routes.'),
+    image_size: int | None = typer.Option(None, help="Input image size (default 224)."),
+    width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
+    rounds: int | None = typer.Option(None, help="Timing rounds per side."),
+    iters_per_round: int | None = typer.Option(None, help="Inferences per round."),
+    warmup: int | None = typer.Option(None, help="Warm-up inferences."),
+    idempotency_key: str | None = typer.Option(
+        None, help="Same key = same run on retry (default: identical request = same run)."
+    ),
+    wait: bool = typer.Option(False, "--wait", help="Wait for the verdict; exit 0/1/2."),
+    timeout: float = typer.Option(3600.0, help="Seconds to wait with --wait."),
+    poll: float = typer.Option(2.0, help="Seconds between polls with --wait."),
+) -> None:
+    """Trigger a benchmark run; with --wait, exit 0 on pass, 1 on regression, 2 on error."""
+    try:
+        matrix = MatrixOptions(device=device, image_size=image_size, width=width)
+        for attr, values in (("models", model), ("backends", backend), ("weights", weights),
+                             ("precisions", precision), ("shape_modes", shape_mode)):
+            if values:
+                setattr(matrix, attr, _split(values))
+        if batch:
+            matrix.batch_sizes = _ints(batch, "--batch")
+        matrix.timing = {"rounds": rounds, "iters_per_round": iters_per_round,
+                         "warmup_iters": warmup}
+        if rounds is not None:
+            matrix.timing["min_rounds"] = min(rounds, 5)
+        body = run_request(project=project, revision=revision, branch=branch,
+                           pins=_split(pin), interpreter=interpreter, matrix=matrix,
+                           trigger="ci" if os.environ.get("CI") else "cli")
+        api = Api(url, token)
+        try:
+            run = api.trigger(body, idempotency_key)
+            run_url = f"{api.base}/api/v1/runs/{run['id']}"
+            state = "created" if run.get("created", True) else "existing"
+            typer.echo(f"run {run['id']} ({state}): {run['progress']['total']} cells, "
+                       f"{run_url}", err=True)
+            if run.get("warning"):
+                typer.echo(f"warning: {run['warning']}", err=True)
+            if not wait:
+                return
+            run = wait_for_run(api, run, timeout_s=timeout, poll_s=poll)
+        finally:
+            api.close()
+    except ClientError as exc:
+        raise _fail(str(exc)) from None
+    print_run(run, run_url)
+    raise typer.Exit(exit_code_for(run))
+
+
+# ---- speedwatch demo -----------------------------------------------------------------------
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def demo(
+    data_dir: Path = typer.Option(Path("var"), help="Where the SQLite file and venvs live."),
+    host: str = typer.Option("127.0.0.1", help="Address to serve on."),
+    port: int = typer.Option(8000, help="Port to serve on."),
+    model: str = typer.Option("resnet50", help="Model to benchmark."),
+    backend: list[str] | None = typer.Option(None, help="Backends (default onnxruntime)."),
+    weights: str = typer.Option("constant,tensor", help="Weight representations."),
+    batch: str = typer.Option("1", help="Batch sizes, e.g. 1,8."),
+    image_size: int | None = typer.Option(None, help="Input size (default 224)."),
+    width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
+    rounds: int = typer.Option(10, help="Timing rounds per side (more = tighter CI)."),
+    iters_per_round: int = typer.Option(5, help="Inferences per round."),
+    warmup: int = typer.Option(5, help="Warm-up inferences."),
+    exit_when_done: bool = typer.Option(
+        False, "--exit-when-done", help="Stop serving once the run finished (scripts, tests)."
+    ),
+    timeout: float = typer.Option(1800.0, help="Seconds to wait for the run."),
+) -> None:
+    """Benchmark ResNet50 (eager vs ONNX Runtime, constant and tensor weights) on this CPU
+    with the embedded default (SQLite, in-process executor) and serve the results."""
+    if not _port_free(host, port):
+        raise _fail(f"port {port} on {host} is in use; pass --port")
+    data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    database_url = f"sqlite:///{data_dir / 'speedwatch.db'}"
+    os.environ["SPEEDWATCH_DATABASE_URL"] = database_url
+    os.environ["SPEEDWATCH_EXECUTOR"] = "local"
+    os.environ.setdefault("SPEEDWATCH_VENV_CACHE_DIR", str(data_dir / "venvs"))
+    os.environ["SPEEDWATCH_ENVIRONMENT"] = "development"
+
+    import uvicorn
+
+    from app.config import get_settings
+    from app.db import session_scope, upgrade
+    from app.main import create_app
+    from app.services.tokens import create_token
+
+    get_settings.cache_clear()
+    typer.echo(f"demo: database {database_url}; migrating", err=True)
+    upgrade(database_url)
+    with session_scope() as session:
+        _, token = create_token(session, "ci", name="speedwatch-demo")
+
+    matrix = MatrixOptions(
+        models=[model], backends=_split(backend) or ["onnxruntime"], weights=_split([weights]),
+        batch_sizes=[int(b) for b in _split([batch])], device="cpu", image_size=image_size,
+        width=width,
+        timing={"rounds": rounds, "iters_per_round": iters_per_round, "warmup_iters": warmup,
+                "min_rounds": min(rounds, 5)},
+    )
+    body = run_request(project="demo", revision=f"demo-{time.strftime('%Y%m%d-%H%M%S')}",
+                       branch=None, pins=[], interpreter=None, matrix=matrix, trigger="demo")
+    config = uvicorn.Config(create_app(), host=host, port=port, log_level="warning",
+                            access_log=False)
+    server = uvicorn.Server(config)
+    outcome: dict[str, int] = {}
+    base = f"http://{host}:{port}"
+
+    def drive() -> None:
+        """Trigger over HTTP like CI would, follow the run, report; stop if asked to."""
+        outcome["code"] = EXIT_ERROR
+        try:
+            while not server.started:
+                if server.should_exit:
+                    return
+                time.sleep(0.1)
+            typer.echo(f"demo: API on {base} (OpenAPI: {base}/docs); triggering", err=True)
+            api = Api(base, token)
+            try:
+                run = api.trigger(body, None)
+                run = wait_for_run(api, run, timeout_s=timeout, poll_s=1.0)
+            finally:
+                api.close()
+            run_url = f"{base}/api/v1/runs/{run['id']}"
+            print_run(run, run_url)
+            outcome["code"] = exit_code_for(run)
+            if not exit_when_done:
+                typer.echo(f"demo: serving results at {run_url} (dashboard: coming; see "
+                           "issue 5); Ctrl-C to stop", err=True)
+        except ClientError as exc:
+            typer.echo(f"error: {exc}", err=True)
+        except Exception as exc:  # the thread must report, not die silently
+            typer.echo(f"error: demo failed: {type(exc).__name__}: {exc}", err=True)
+        if exit_when_done:
+            server.should_exit = True
+
+    driver = threading.Thread(target=drive, name="speedwatch-demo", daemon=True)
+    driver.start()
+    server.run()  # returns on Ctrl-C, or when the driver sets should_exit
+    driver.join(timeout=5)
+    if not server.started and "code" not in outcome:
+        raise _fail(f"the API did not start on {base}")
+    code = outcome.get("code", EXIT_ERROR if exit_when_done else EXIT_PASS)
+    sys.stdout.flush()
+    raise typer.Exit(code)
