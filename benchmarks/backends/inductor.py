@@ -1,0 +1,135 @@
+"""The inductor backend: torch.compile, with weights frozen into the program or not.
+
+`weights="constant"` turns on inductor's freezing: parameters become constants of the
+compiled graph, so inductor can fold Conv+BN, pre-pack weights and propagate constants.
+`weights="tensor"` leaves freezing off: parameters stay graph inputs read at every call.
+
+Dynamo keeps one compile cache per code object, shared by every torch.compile wrapper of
+the same module class, so compiling two variants in one process can let the second reuse
+(or be confused by) the first. compile() resets dynamo first, and trustworthy comparisons
+between variants compile each one in its own process (the runner's isolation mode).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.backends.base import BackendUnavailable, Compiled
+
+if TYPE_CHECKING:
+    import torch
+
+    from benchmarks.spec import BenchSpec
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _cxx_compiler() -> str | None:
+    """Inductor's CPU code is C++ compiled at run time; without a compiler it cannot run."""
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _torch_major() -> int:
+    import torch
+
+    return int(torch.__version__.split(".", 1)[0])
+
+
+class InductorBackend:
+    name = "inductor"
+
+    def unavailable_reason(self, spec: BenchSpec) -> str | None:
+        import torch
+
+        if _torch_major() < 2:
+            return f"torch {torch.__version__} has no torch.compile (needs torch >= 2)"
+        mode = spec.options.get("mode", "default")
+        if mode not in MODES:
+            return f"option mode: {mode!r} is not one of {', '.join(MODES)}"
+        if not torch._dynamo.is_dynamo_supported():
+            return "torch.compile is not supported on this Python version"
+        if spec.device == "cuda":
+            if not torch.cuda.is_available():
+                return "CUDA is not available here"
+            from torch.utils._triton import has_triton
+
+            if not has_triton():
+                return "inductor on CUDA needs Triton, which is not installed or finds no GPU"
+        elif _cxx_compiler() is None:
+            return "inductor on CPU needs a C++ compiler (g++/clang++) and none is on PATH"
+        return None
+
+    def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
+        import torch
+        from torch._dynamo.utils import counters
+        from torch._inductor import list_mode_options, metrics
+
+        reason = self.unavailable_reason(spec)
+        if reason is not None:
+            raise BackendUnavailable(reason)
+        mode: str = spec.options.get("mode", "default")
+        freezing = spec.weights == "constant"
+        dynamic = spec.shape_mode == "dynamic"
+
+        # `mode` and `options` cannot both be passed to torch.compile, so the mode's own
+        # options are expanded here and freezing added to them. Unlike a config.patch around
+        # the first call, options travel with the wrapper: a recompile later (a new batch
+        # size, a guard failure) is frozen or not exactly like the first compile.
+        options: dict[str, Any] = dict(list_mode_options(mode, dynamic))
+        options["freezing"] = freezing
+        uses_cudagraphs = bool(options.get("triton.cudagraphs", False))
+
+        torch._dynamo.reset()
+        metrics.reset()
+        counters.clear()
+        # dynamic=True: a symbolic batch, one graph for every size. Dynamo still specialises
+        # a size of 1 (its 0/1 rule), so a batch-1 dynamic spec times a batch-1 graph; the
+        # evidence says so rather than pretending otherwise.
+        compiled = torch.compile(model, backend="inductor", dynamic=True if dynamic else None,
+                                 options=options)
+        # Freezing needs inference mode (no autograd state to keep the parameters alive as
+        # tensors), and dynamo guards on grad mode: the first call here and every timed call
+        # both run under inference_mode so the timed calls hit the graph compiled here.
+        with torch.inference_mode():
+            compiled(example)
+
+        graph_breaks = sum(counters["graph_break"].values())
+        evidence: dict[str, Any] = {
+            "inductor_kernels": int(metrics.generated_kernel_count),
+            "graph_breaks": int(graph_breaks),
+            "graph_break_reasons": sorted(counters["graph_break"])[:10],
+            "dynamo_graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "freezing": freezing,
+            "mode": mode,
+            "dynamic": dynamic,
+            "batch1_specialized": dynamic and example.shape[0] == 1,
+        }
+        return Compiled(
+            run=_inference_mode_call(compiled),
+            evidence=evidence,
+            # inductor's own CUDA graphs (reduce-overhead, max-autotune) cannot be captured
+            # again inside the runner's graph
+            cuda_graph_safe=not uses_cudagraphs,
+            versions={},
+        )
+
+
+def _inference_mode_call(
+    compiled: Callable[[torch.Tensor], torch.Tensor],
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    import torch
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            return compiled(x)
+
+    return run
+
+
+BACKEND = InductorBackend()

@@ -1,0 +1,319 @@
+"""The ONNX Runtime backend: export to ONNX, optimize in ORT, run through I/O binding.
+
+Weights:
+- `constant`: the exported initializers stay initializers, so ORT's optimizer may fold
+  Conv+BatchNormalization, fuse Conv+Relu (FusedConv) and pre-pack / re-layout weights.
+- `tensor`: every float initializer feeding a weight-consuming op becomes a graph input
+  (benchmarks.onnx_weights), fed at run time. ORT cannot fold what it does not know.
+
+The exporter never folds anything itself (`do_constant_folding=False`, the dynamo
+exporter's `optimize=False`): both variants start from the same unfused graph with every
+BatchNormalization node in it, so the node counts ORT reports after optimization show what
+its optimizer did with constants and nothing else.
+
+Weights of the `tensor` variant are bound once, as OrtValues already on the device, with
+`IOBinding.bind_ortvalue_input`; each call then binds only the image and the output. That
+mirrors "weights enter as tensors" (a TensorRT engine with tensor weights does not upload
+them per call either) and keeps the per-call cost equal for both variants, so the speedup
+difference is the optimizer's doing, not feed-dict bookkeeping over ~300 names. Input and
+output are bound by pointer to the torch tensors: zero copy on CPU and on CUDA.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.backends.base import BackendUnavailable, Compiled
+from benchmarks.onnx_weights import domain_counts, node_counts, weights_to_inputs
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    from benchmarks.spec import BenchSpec
+
+DEFAULT_OPSET = 17
+# the dynamo exporter implements nothing below opset 18
+DYNAMO_MIN_OPSET = 18
+EXPORTERS = ("auto", "torchscript", "dynamo")
+OPT_LEVELS = ("disable", "basic", "extended", "layout", "all")
+INPUT_NAME = "input"
+OUTPUT_NAME = "output"
+
+
+class OnnxExportError(RuntimeError):
+    """Export failed for a reason other than an op without an ONNX translation."""
+
+
+def _ort() -> Any:
+    import onnxruntime
+
+    return onnxruntime
+
+
+def _opt_level(name: str) -> Any:
+    level = _ort().GraphOptimizationLevel
+    attr = {
+        "disable": "ORT_DISABLE_ALL",
+        "basic": "ORT_ENABLE_BASIC",
+        "extended": "ORT_ENABLE_EXTENDED",
+        "layout": "ORT_ENABLE_LAYOUT",
+        "all": "ORT_ENABLE_ALL",
+    }[name]
+    if not hasattr(level, attr):
+        raise BackendUnavailable(f"option ort_opt_level: {name!r} needs a newer onnxruntime")
+    return getattr(level, attr)
+
+
+def _unsupported_op(exc: BaseException) -> str | None:
+    """The op named by an exporter's 'no translation for this op' error, if it is one.
+
+    Both exporters say so in prose only: the TorchScript one as 'unrecognized namespace
+    ns::op' or 'aten::op ... not supported', the dynamo one as "OpOverload(op='ns.op'".
+    """
+    text = str(exc)
+    for cause in (exc.__cause__, exc.__context__):
+        if cause is not None:
+            text += "\n" + str(cause)
+    match = re.search(r"namespace (\w+::\w+)", text) or re.search(
+        r"operator '?(\w+::\w+)'? to ONNX", text
+    )
+    if match:
+        return match.group(1)
+    match = re.search(r"op='(\w+)\.(\w+)'", text)
+    if match:
+        return f"{match.group(1)}::{match.group(2)}"
+    return None
+
+
+def _export(
+    model: torch.nn.Module, example: torch.Tensor, path: Path, spec: BenchSpec
+) -> tuple[str, int]:
+    """Export with the chosen exporter; 'auto' tries TorchScript, then dynamo.
+
+    TorchScript first: on a ResNet it takes well under a second where the dynamo exporter
+    takes several, and its output is deterministic across runs. Returns (exporter, opset).
+    """
+    import torch
+
+    choice = spec.options.get("exporter", "auto")
+    opset = int(spec.options.get("opset", DEFAULT_OPSET))
+    order = ["torchscript", "dynamo"] if choice == "auto" else [choice]
+    params = inspect.signature(torch.onnx.export).parameters
+    dynamic = spec.shape_mode == "dynamic"
+    errors: list[str] = []
+    for exporter in order:
+        kwargs: dict[str, Any] = {"input_names": [INPUT_NAME], "output_names": [OUTPUT_NAME]}
+        args = (example,)
+        if exporter == "torchscript":
+            if "dynamo" in params:
+                kwargs["dynamo"] = False
+            kwargs["do_constant_folding"] = False
+            used_opset = opset
+            if dynamic:
+                kwargs["dynamic_axes"] = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}}
+        else:
+            if "dynamo" not in params:
+                errors.append(f"dynamo: torch {torch.__version__} has no dynamo ONNX exporter")
+                continue
+            kwargs["dynamo"] = True
+            if "optimize" in params:
+                kwargs["optimize"] = False
+            used_opset = max(opset, DYNAMO_MIN_OPSET)
+            if dynamic:
+                kwargs["dynamic_shapes"] = ({0: torch.export.Dim("batch", min=1, max=1024)},)
+                if example.shape[0] == 1:
+                    # torch.export specialises a size-1 dimension to the constant 1
+                    args = (example.expand(2, *example.shape[1:]).contiguous(),)
+        kwargs["opset_version"] = used_opset
+        try:
+            with torch.inference_mode(False), torch.no_grad():
+                torch.onnx.export(model, args, str(path), **kwargs)
+            return exporter, used_opset
+        except Exception as exc:
+            op = _unsupported_op(exc)
+            if op is not None and not op.startswith(("aten::", "prim::")):
+                # the other exporter has no translation for a custom op either
+                raise BackendUnavailable(
+                    f"custom op {op} has no ONNX symbolic; ONNX Runtime cannot run this model"
+                ) from exc
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            errors.append(f"{exporter}: {type(exc).__name__}: {first_line[:300]}")
+            if op is not None and len(order) == 1:
+                raise BackendUnavailable(f"{op} has no ONNX translation ({exporter} "
+                                         f"exporter, opset {used_opset})") from exc
+    raise OnnxExportError("ONNX export failed: " + " | ".join(errors))
+
+
+def _providers(spec: BenchSpec) -> list[Any]:
+    if spec.device == "cuda":
+        import torch
+
+        device_id = torch.cuda.current_device()
+        # Run on torch's current stream so the image torch produced is ready when ORT reads
+        # it and the output is ordered before torch's next use, without a device sync here.
+        stream = torch.cuda.current_stream().cuda_stream
+        return [("CUDAExecutionProvider", {"device_id": device_id,
+                                           "has_user_compute_stream": "1",
+                                           "user_compute_stream": str(stream)})]
+    return ["CPUExecutionProvider"]
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+
+    def unavailable_reason(self, spec: BenchSpec) -> str | None:
+        try:
+            ort = _ort()
+            import onnx  # noqa: F401
+        except ImportError as exc:
+            return f"onnxruntime backend needs {exc.name or 'onnxruntime/onnx'}, not installed"
+        exporter = spec.options.get("exporter", "auto")
+        if exporter not in EXPORTERS:
+            return f"option exporter: {exporter!r} is not one of {', '.join(EXPORTERS)}"
+        level = spec.options.get("ort_opt_level", "all")
+        if level not in OPT_LEVELS:
+            return f"option ort_opt_level: {level!r} is not one of {', '.join(OPT_LEVELS)}"
+        if spec.precision == "bf16":
+            return "onnxruntime has no bf16 Conv kernels (CPU or CUDA); use fp16 on cuda"
+        if spec.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "CUDA is not available here"
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                return ("onnxruntime here has no CUDAExecutionProvider "
+                        "(install onnxruntime-gpu matching the CUDA version)")
+        elif spec.precision == "fp16":
+            # Converting to fp32 would time a different program than the series names.
+            return "onnxruntime's CPU provider has no fp16 Conv kernels; run fp16 on cuda"
+        return None
+
+    def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
+        import onnx
+        import torch
+
+        reason = self.unavailable_reason(spec)
+        if reason is not None:
+            raise BackendUnavailable(reason)
+        ort = _ort()
+        keep_dir = spec.options.get("onnx_dir")
+        workdir = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="speedwatch-onnx-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            exported_path = workdir / "model.onnx"
+            exporter, opset = _export(model, example, exported_path, spec)
+            exported = onnx.load(str(exported_path))
+            exported_counts = node_counts(exported)
+
+            weights: dict[str, np.ndarray] = {}
+            session_path = exported_path
+            if spec.weights == "tensor":
+                rewritten, weights = weights_to_inputs(exported)
+                session_path = workdir / "model.tensor-weights.onnx"
+                onnx.save(rewritten, str(session_path))
+
+            level_name = spec.options.get("ort_opt_level", "all")
+            threads = int(spec.options.get("intra_op_threads", torch.get_num_threads()))
+            options = ort.SessionOptions()
+            options.graph_optimization_level = _opt_level(level_name)
+            # the eager baseline's thread count, so neither side gets more cores
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            # errors only: saving an NCHWc-optimized graph warns on every compile
+            options.log_severity_level = 3
+            optimized_path = workdir / "model.optimized.onnx"
+            options.optimized_model_filepath = str(optimized_path)
+            if spec.options.get("ort_allow_spinning") is not None:
+                options.add_session_config_entry(
+                    "session.intra_op.allow_spinning",
+                    "1" if spec.options["ort_allow_spinning"] else "0")
+            providers = _providers(spec)
+            session = ort.InferenceSession(str(session_path), options, providers=providers)
+            wanted = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
+            if session.get_providers()[0] != wanted:
+                raise BackendUnavailable(
+                    f"onnxruntime fell back to {session.get_providers()[0]} instead of {wanted}")
+
+            optimized = onnx.load(str(optimized_path), load_external_data=False)
+            counts = node_counts(optimized)
+            domains = domain_counts(optimized)
+        finally:
+            if not keep_dir:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+        run = _BoundSession(session, weights, example, spec)
+        evidence: dict[str, Any] = {
+            "onnx_node_counts": counts,
+            "onnx_nodes_total": sum(counts.values()),
+            "onnx_node_domains": domains,
+            "onnx_exported_node_counts": exported_counts,
+            "onnx_exported_nodes_total": sum(exported_counts.values()),
+            "onnx_initializers": len(optimized.graph.initializer),
+            "onnx_graph_inputs": len(session.get_inputs()),
+            "onnx_weight_inputs": len(weights),
+            "onnx_exporter": exporter,
+            "onnx_opset": opset,
+            "ort_opt_level": level_name,
+            "ort_provider": session.get_providers()[0],
+            "ort_intra_op_threads": threads,
+        }
+        return Compiled(run=run, evidence=evidence, cuda_graph_safe=False,
+                        versions={"onnxruntime": ort.__version__, "onnx": onnx.__version__})
+
+
+class _BoundSession:
+    """A call that binds image and output by pointer; the weights were bound once, up front.
+
+    It holds the weight OrtValues (on CPU they point into the numpy arrays) for as long as
+    the binding that refers to them.
+    """
+
+    def __init__(self, session: ort.InferenceSession, weights: dict[str, np.ndarray],
+                 example: torch.Tensor, spec: BenchSpec) -> None:
+        import numpy as np
+        import torch
+
+        ort = _ort()
+        self.session = session
+        self.device = "cuda" if spec.device == "cuda" else "cpu"
+        self.device_id = (example.device.index or 0) if self.device == "cuda" else 0
+        self.binding = session.io_binding()
+        self.weights = {name: ort.OrtValue.ortvalue_from_numpy(value, self.device,
+                                                                self.device_id)
+                        for name, value in weights.items()}
+        for name, value in self.weights.items():
+            self.binding.bind_ortvalue_input(name, value)
+        self.np_dtype = {torch.float32: np.float32, torch.float16: np.float16}[example.dtype]
+        # one call with ORT allocating the output tells its per-sample shape
+        held = self._bind_input(example)
+        self.binding.bind_output(OUTPUT_NAME, self.device, self.device_id)
+        session.run_with_iobinding(self.binding)
+        self.tail = tuple(self.binding.get_outputs()[0].shape()[1:])
+        del held
+
+    def _bind_input(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        self.binding.bind_input(INPUT_NAME, self.device, self.device_id, self.np_dtype,
+                                tuple(x.shape), x.data_ptr())
+        return x
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        x = self._bind_input(x)
+        # a fresh output per call: callers may keep earlier outputs
+        out = torch.empty((x.shape[0], *self.tail), dtype=x.dtype, device=x.device)
+        self.binding.bind_output(OUTPUT_NAME, self.device, self.device_id, self.np_dtype,
+                                 tuple(out.shape), out.data_ptr())
+        self.session.run_with_iobinding(self.binding)
+        return out
+
+
+BACKEND = OnnxRuntimeBackend()
