@@ -120,6 +120,7 @@ class ConversionReport:
     # "tensor" (constant layer into set_input) or "constant-layer" (a constant operand)
     weight_wiring: dict[str, str] = field(default_factory=dict)
     weight_names: list[str] = field(default_factory=list)  # names given for refit
+    notes: dict[str, Any] = field(default_factory=dict)  # path-specific evidence
     keepalive: list[Any] = field(default_factory=list)
 
     def evidence(self) -> dict[str, Any]:
@@ -137,6 +138,7 @@ class ConversionReport:
             "trt_fold_bn": self.fold_bn,
             "trt_timing_cache": self.timing_cache_path,
             "trt_timing_cache_loaded": self.timing_cache_loaded,
+            **self.notes,
         }
 
 

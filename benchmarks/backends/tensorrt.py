@@ -1,0 +1,234 @@
+"""The tensorrt backend: our converter (or TensorRT's ONNX parser) -> a TensorRT engine.
+
+Options (spec.options):
+- `path`: "network" (default, benchmarks/trt_converter.py through the network definition
+  API) or "onnx" (export to ONNX, then `trt.OnnxParser`).
+- `optimization_level` (0-5, default 3), `timing_cache` (file path: loaded if present,
+  saved after the build), `fold_bn` (pre-fold BN into convs), `strongly_typed`,
+  `workspace_mb`: see trt_converter.
+
+Weights: `constant`, `tensor` (network path only: TensorRT's ONNX parser turns initializers
+into weights itself, and ONNX graph inputs would be runtime inputs, not weights, so there is
+no faithful "tensor" ONNX counterpart) and `refit` (a refittable engine, refit once from
+the model after the build to prove it works; the count and time are evidence).
+
+Only the real `tensorrt` module is ever used here; nothing falls back to a stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.backends.base import BackendUnavailable, Compiled
+
+if TYPE_CHECKING:
+    import torch
+
+    from benchmarks.spec import BenchSpec
+
+PATHS = ("network", "onnx")
+# every option this backend understands: its own, the converter's, the ONNX exporter's
+# (path=onnx) and the runner's; anything else is a typo worth refusing
+KNOWN_OPTIONS = frozenset({"path", "exporter", "opset", "threads"})
+NOT_INSTALLED = "tensorrt is not installed (NVIDIA wheels unreachable here)"
+
+
+def _import_tensorrt() -> Any:
+    import tensorrt
+
+    return tensorrt
+
+
+def engine_layer_evidence(trt: Any, engine: Any) -> dict[str, Any]:
+    """The engine's own account of its layers (after fusion), from the engine inspector.
+
+    With ProfilingVerbosity.DETAILED each entry of `Layers` is an object with a LayerType;
+    with less detail it is just a name, and only the count is known.
+    """
+    inspector = engine.create_engine_inspector()
+    info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+    layers = info.get("Layers", [])
+    by_type = Counter(
+        str(layer.get("LayerType", "unknown")) for layer in layers if isinstance(layer, dict)
+    )
+    evidence: dict[str, Any] = {"trt_layer_count": len(layers)}
+    if by_type:
+        evidence["trt_layers_by_type"] = dict(by_type.most_common())
+    return evidence
+
+
+def spec_problem(spec: BenchSpec) -> str | None:
+    """Why this spec can never run on this backend, wherever it runs (None if it can)."""
+    from benchmarks.trt_converter import CONVERTER_OPTIONS, ConversionError, ConverterOptions
+
+    unknown = set(spec.options) - KNOWN_OPTIONS - set(CONVERTER_OPTIONS)
+    if unknown:
+        return f"unknown tensorrt option(s): {', '.join(sorted(unknown))}"
+    path = spec.options.get("path", "network")
+    if path not in PATHS:
+        return f"option path: {path!r} is not one of {', '.join(PATHS)}"
+    if path == "onnx" and spec.weights == "tensor":
+        return ("weights 'tensor' has no ONNX-parser form: TensorRT's parser makes "
+                "initializers weights, and graph inputs would be runtime inputs; use "
+                "path=network")
+    try:
+        ConverterOptions.from_spec(spec.options)
+    except ConversionError as exc:
+        return str(exc)
+    return None
+
+
+class TensorRTBackend:
+    name = "tensorrt"
+
+    def unavailable_reason(self, spec: BenchSpec) -> str | None:
+        problem = spec_problem(spec)
+        if problem is not None:
+            return problem
+        try:
+            _import_tensorrt()
+        except ImportError:
+            return NOT_INSTALLED
+        if spec.device != "cuda":
+            return "TensorRT needs a CUDA device"
+        import torch
+
+        if not torch.cuda.is_available():
+            return "CUDA is not available here"
+        return None
+
+    def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
+        from benchmarks import trt_converter as conv
+
+        reason = self.unavailable_reason(spec)
+        if reason is not None:
+            raise BackendUnavailable(reason)
+        trt = _import_tensorrt()
+        path = spec.options.get("path", "network")
+        try:
+            if path == "onnx":
+                report = _parse_onnx(trt, model, example, spec)
+            else:
+                report = conv.build_network(trt, model, tuple(example.shape), spec,
+                                            io_dtype=example.dtype)
+            built = conv.build_plan(trt, report)
+        except conv.UnsupportedOp as exc:
+            raise BackendUnavailable(str(exc)) from exc
+
+        runtime = trt.Runtime(report.logger)
+        engine = runtime.deserialize_cuda_engine(built.plan)
+        if engine is None:
+            raise RuntimeError("TensorRT could not deserialize the engine it just built")
+
+        evidence: dict[str, Any] = report.evidence()
+        evidence.update(engine_layer_evidence(trt, engine))
+        evidence["trt_build_seconds"] = round(built.seconds, 4)
+        evidence["trt_plan_bytes"] = built.nbytes
+        evidence["trt_timing_cache_saved"] = built.timing_cache_saved
+        if spec.weights == "refit":
+            start = time.perf_counter()
+            evidence["trt_refit_count"] = conv.refit_engine(
+                trt, engine, model, weight_dtype=report.weight_dtype, fold_bn=report.fold_bn)
+            evidence["trt_refit_seconds"] = round(time.perf_counter() - start, 4)
+
+        runner = _EngineRunner(trt, engine, runtime, report.logger,
+                               dynamic=spec.shape_mode == "dynamic")
+        runner(example)  # first enqueue outside any CUDA graph capture (TensorRT asks so)
+        return Compiled(run=runner, evidence=evidence, cuda_graph_safe=True,
+                        versions={"tensorrt": str(getattr(trt, "__version__", "unknown"))})
+
+
+def _parse_onnx(trt: Any, model: torch.nn.Module, example: torch.Tensor,
+                spec: BenchSpec) -> Any:
+    """Export to ONNX and let TensorRT's parser fill the network; same builder settings."""
+    from benchmarks import trt_converter as conv
+    from benchmarks.backends.onnxruntime import _export
+
+    options = conv.ConverterOptions.from_spec(spec.options)
+    report = conv.start_network(trt, spec, options, io_dtype=example.dtype, path="onnx")
+    with tempfile.TemporaryDirectory(prefix="speedwatch-trt-onnx-") as tmp:
+        onnx_path = Path(tmp) / "model.onnx"
+        exporter, opset = _export(model, example, onnx_path, spec)
+        report.notes.update(onnx_exporter=exporter, onnx_opset=opset)
+        parser = trt.OnnxParser(report.network, report.logger)
+        # parse_from_file also finds weights the exporter stored as external data
+        if not parser.parse_from_file(str(onnx_path)):
+            errors = [str(parser.get_error(i).desc()) for i in range(parser.num_errors)]
+            raise conv.ConversionError("TensorRT's ONNX parser failed: " + "; ".join(errors[:3]))
+    report.keepalive.append(parser)
+    report.layer_counts = dict(Counter(
+        _layer_type_name(trt, report.network.get_layer(i))
+        for i in range(report.network.num_layers)))
+    conv.configure(trt, report, spec, options, tuple(example.shape))
+    return report
+
+
+def _layer_type_name(trt: Any, layer: Any) -> str:
+    """ILayer.type, read through the base class: pooling and activation layers shadow
+    `type` with their own pooling/activation kind."""
+    prop = getattr(trt.ILayer, "type", None)
+    kind = prop.fget(layer) if isinstance(prop, property) and prop.fget else layer.type
+    return str(getattr(kind, "name", kind))
+
+
+class _EngineRunner:
+    """run(x): bind the input and a fresh output by device pointer, enqueue on torch's stream.
+
+    Never synchronises; a fresh output per call keeps results of earlier calls intact, and
+    comes from torch's caching allocator (a CUDA graph's private pool under capture).
+    """
+
+    def __init__(self, trt: Any, engine: Any, runtime: Any, logger: Any, *,
+                 dynamic: bool) -> None:
+        from benchmarks.trt_converter import INPUT_NAME, OUTPUT_NAME
+
+        self.engine = engine
+        # TensorRT holds raw pointers to both: they must live as long as the engine
+        self.runtime, self.logger = runtime, logger
+        self.context = engine.create_execution_context()
+        self.dynamic = dynamic
+        self.input_name, self.output_name = INPUT_NAME, OUTPUT_NAME
+        self.output_dtype = _torch_dtype(trt, engine.get_tensor_dtype(OUTPUT_NAME))
+        self.shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.bound_shape: tuple[int, ...] | None = None
+
+    def _output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if not self.dynamic:
+            return tuple(self.context.get_tensor_shape(self.output_name))
+        if shape != self.bound_shape:
+            if not self.context.set_input_shape(self.input_name, shape):
+                raise RuntimeError(f"TensorRT refused input shape {shape} (outside the profile?)")
+            self.bound_shape = shape
+        if shape not in self.shapes:
+            self.shapes[shape] = tuple(self.context.get_tensor_shape(self.output_name))
+        return self.shapes[shape]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        x = x.contiguous()
+        out = torch.empty(self._output_shape(tuple(x.shape)), dtype=self.output_dtype,
+                          device=x.device)
+        self.context.set_tensor_address(self.input_name, x.data_ptr())
+        self.context.set_tensor_address(self.output_name, out.data_ptr())
+        if not self.context.execute_async_v3(torch.cuda.current_stream().cuda_stream):
+            raise RuntimeError("TensorRT execute_async_v3 failed")
+        return out
+
+
+def _torch_dtype(trt: Any, dtype: Any) -> torch.dtype:
+    import torch
+
+    table = {trt.float32: torch.float32, trt.float16: torch.float16,
+             trt.bfloat16: torch.bfloat16}
+    if dtype not in table:
+        raise RuntimeError(f"engine output type {dtype} is not a float type")
+    return table[dtype]
+
+
+BACKEND = TensorRTBackend()
