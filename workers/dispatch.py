@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -17,17 +21,22 @@ class DispatchError(RuntimeError):
     """The executor could not take the cells (broker down, unknown queue); safe to show."""
 
 
-def enqueue_cells(cells: Sequence[tuple[int, str]]) -> None:
-    """Send each `(cell_id, queue_name)`; the message carries the id only."""
+def enqueue_cells(cells: Sequence[tuple[int, str]], settings: Settings | None = None) -> None:
+    """Send each `(cell_id, queue_name)`; the message carries the id only.
+
+    `settings` defaults to the process settings; an API built with its own settings passes
+    them, so the local executor writes to that API's database.
+    """
     from app.config import get_settings
 
-    executor = get_settings().executor
+    settings = settings or get_settings()
+    executor = settings.executor
     if not cells or executor == "none":
         return
     if executor == "local":
         from workers.local import get_local_executor
 
-        get_local_executor().submit([cell_id for cell_id, _ in cells])
+        get_local_executor().submit([cell_id for cell_id, _ in cells], settings)
         return
     if executor == "celery":
         _send_celery(cells)

@@ -11,22 +11,27 @@ import logging
 import queue
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 log = logging.getLogger(__name__)
 
 
 class LocalExecutor:
     def __init__(self) -> None:
-        self._queue: queue.Queue[int] = queue.Queue()
+        self._queue: queue.Queue[tuple[int, Settings | None]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._busy = 0  # cells submitted and not yet finished
 
-    def submit(self, cell_ids: Iterable[int]) -> None:
+    def submit(self, cell_ids: Iterable[int], settings: Settings | None = None) -> None:
+        """Queue cells; they run in submission order, one at a time, with `settings`."""
         with self._lock:
             for cell_id in cell_ids:
                 self._busy += 1
-                self._queue.put(cell_id)
+                self._queue.put((cell_id, settings))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="speedwatch-local-executor", daemon=True
@@ -54,9 +59,9 @@ class LocalExecutor:
         from workers.tasks import execute_cell
 
         while True:
-            cell_id = self._queue.get()
+            cell_id, settings = self._queue.get()
             try:
-                outcome = execute_cell(cell_id)
+                outcome = execute_cell(cell_id, settings)
                 log.info("cell %s: %s", cell_id, outcome)
             except Exception:  # the thread outlives any cell, as a worker process does
                 log.exception("cell %s: task body raised", cell_id)

@@ -66,7 +66,8 @@ def reconcile(
     if enqueue is None:
         from workers.dispatch import enqueue_cells
 
-        enqueue = enqueue_cells
+        def enqueue(cells: Sequence[tuple[int, str]]) -> None:
+            enqueue_cells(cells, settings)
     with session_scope(settings) as session:
         report, to_send = _decide(session, settings, now)
     if to_send:

@@ -12,15 +12,19 @@ from __future__ import annotations
 import logging
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
 from workers.celery_app import RECONCILE_TASK, RUN_CELL_TASK, celery_app
 
+if TYPE_CHECKING:
+    from app.config import Settings
+
 log = logging.getLogger(__name__)
 
 MAX_REASON = 2000
+OUTCOMES = {"ok": "done", "failed": "failed", "skipped": "skipped"}
 
 
 @dataclass(frozen=True)
@@ -32,21 +36,21 @@ class CellEnvironment:
     interpreter: str | None
 
 
-def execute_cell(cell_id: int) -> str:
-    """Run one cell to a stored outcome; returns "done", "failed" or "already-finished".
+def execute_cell(cell_id: int, settings: Settings | None = None) -> str:
+    """Run one cell to a stored outcome: "done", "failed", "skipped" or "already-finished".
 
     Raises only when the store itself is unreachable; the cell then stays queued/running
-    and the reconciler sends it again.
+    and the reconciler sends it again. `settings` defaults to the process settings (the
+    local executor passes its API's own).
     """
     from app.config import get_settings
     from app.db import session_scope
     from app.services.runs import claim_cell, finish_run_if_complete, record_result
     from benchmarks.isolation import run_isolated
-    from benchmarks.result import BenchResult
 
-    settings = get_settings()
-    with session_scope() as session:
-        spec = claim_cell(session, cell_id)
+    settings = settings or get_settings()
+    with session_scope(settings) as session:
+        spec = claim_cell(session, cell_id, settings=settings)
         if spec is None:
             # Finished already (a redelivery), unknown, or just failed by claim_cell for
             # running out of attempts: in that last case the run may now be complete.
@@ -58,42 +62,45 @@ def execute_cell(cell_id: int) -> str:
 
     outcome = "failed"
     try:
-        python = resolve_python(env.pins, env.interpreter)
-        result: BenchResult = run_isolated(
-            spec, timeout_s=float(settings.cell_timeout_seconds), python=python
-        )
+        python = resolve_python(env.pins, env.interpreter, settings)
+        result = run_isolated(spec, timeout_s=float(settings.cell_timeout_seconds),
+                              python=python)
         _annotate(result, env, python)
-        with session_scope() as session:
-            record_result(session, cell_id, result)
-        outcome = "done"
+        with session_scope(settings) as session:
+            stored = record_result(session, cell_id, result)
+        outcome = OUTCOMES[result.status] if stored is not None else "failed"
     except SoftTimeLimitExceeded:
-        _fail(cell_id, "task time limit reached (environment build or benchmark too slow)")
+        _fail(cell_id, "task time limit reached (environment build or benchmark too slow)",
+              settings)
     except Exception as exc:  # a bad cell fails; the worker carries on with the next one
         log.warning("cell %s failed: %s", cell_id, exc, exc_info=True)
-        _fail(cell_id, _reason(exc))
+        _fail(cell_id, _reason(exc), settings)
     finally:
-        with session_scope() as session:
+        with session_scope(settings) as session:
             finish_run_if_complete(session, env.run_id)
     return outcome
 
 
-def resolve_python(pins: list[str], interpreter: str | None) -> str:
+def resolve_python(
+    pins: list[str], interpreter: str | None, settings: Settings | None = None
+) -> str:
     """The interpreter for an environment: a named one from settings, or a cached venv."""
+    from app.config import get_settings
     from workers.environments import EnvironmentBuildError, materialize
 
+    settings = settings or get_settings()
     if interpreter:
-        from app.config import get_settings
-
-        known: dict[str, str] = dict(getattr(get_settings(), "interpreters", None) or {})
+        known = settings.interpreters
         if interpreter not in known:
             raise EnvironmentBuildError(
                 f"interpreter {interpreter!r} is not configured on this worker "
-                f"(known: {', '.join(sorted(known)) or 'none'})"
+                f"(known: {', '.join(sorted(known)) or 'none'}; see SPEEDWATCH_INTERPRETERS)"
             )
         if pins:
             raise EnvironmentBuildError("an environment is either pins or an interpreter")
         return known[interpreter]
-    return materialize(pins)
+    return materialize(pins, allowlist=settings.env_allowlist,
+                       cache_dir=settings.venv_cache_dir)
 
 
 def _run_of(session: Any, cell_id: int) -> int | None:
@@ -139,11 +146,11 @@ def _reason(exc: BaseException) -> str:
     return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
 
 
-def _fail(cell_id: int, reason: str) -> None:
+def _fail(cell_id: int, reason: str, settings: Settings) -> None:
     from app.db import session_scope
     from app.services.runs import fail_cell
 
-    with session_scope() as session:
+    with session_scope(settings) as session:
         fail_cell(session, cell_id, reason)
 
 
