@@ -1,7 +1,150 @@
-"""Placeholder: the owner of this module replaces it with real commands."""
+"""Service commands: `serve` (API), `migrate` (Alembic upgrade head), `token` (create/revoke/list).
+
+Heavy imports stay inside the commands so `speedwatch --help` stays fast. Errors end with
+exit code 1 and a one-line reason, never a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+if TYPE_CHECKING:
+    from app.config import Settings
+
+token_cli = typer.Typer(help="API tokens (stored hashed; the plaintext is shown once).",
+                        no_args_is_help=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=1)
+
+
+def _database_error_reason(exc: Exception) -> str | None:
+    from app.errors import DATABASE_ERRORS, database_reason
+
+    if isinstance(exc, DATABASE_ERRORS):
+        return f"database unavailable: {database_reason(exc)}"
+    return None
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="bind address (default: settings.host)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default: settings.port)")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="uvicorn worker processes")] = 1,
+    migrate_first: Annotated[
+        bool | None,
+        typer.Option("--migrate/--no-migrate",
+                     help="upgrade the schema first (default: only for the SQLite embedded "
+                          "default; production migrates as its own step)"),
+    ] = None,
+) -> None:
+    """Run the API (OpenAPI docs at /docs)."""
+    import uvicorn
+
+    settings = _settings_or_exit()
+    if migrate_first is None:
+        migrate_first = settings.database_url.startswith("sqlite")
+    if migrate_first:
+        _migrate(settings.database_url)
+    bind_host = host or settings.host
+    bind_port = port or settings.port
+    typer.echo(f"speedwatch API on http://{bind_host}:{bind_port} (docs: /docs)")
+    uvicorn.run("app.main:create_app", factory=True, host=bind_host, port=bind_port,
+                workers=workers, log_level="info")
+
+
+def migrate() -> None:
+    """Upgrade the database schema to the newest revision (idempotent)."""
+    settings = _settings_or_exit()
+    _migrate(settings.database_url)
+    typer.echo("database schema is at head")
+
+
+def _migrate(database_url: str) -> None:
+    from app.db import upgrade
+
+    try:
+        upgrade(database_url)
+    except Exception as exc:
+        reason = _database_error_reason(exc)
+        raise _fail(reason or f"migration failed: {exc}") from None
+
+
+def _settings_or_exit() -> Settings:
+    from pydantic import ValidationError
+
+    from app.config import get_settings
+
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise _fail(f"settings: {first.get('msg')}") from None
+
+
+@token_cli.command("create")
+def token_create(
+    scope: Annotated[str, typer.Option(help="read | ci | admin (admin implies all)")],
+    name: Annotated[str | None, typer.Option(help="a label to recognise it by")] = None,
+) -> None:
+    """Create a token and print it once; only its hash is stored."""
+    from app.db import session_scope
+    from app.errors import SpeedwatchError
+    from app.services.tokens import create_token
+
+    try:
+        with session_scope() as session:
+            token, plaintext = create_token(session, scope, name)
+            token_id, token_name = token.id, token.name
+    except SpeedwatchError as exc:
+        raise _fail(exc.message) from None
+    except Exception as exc:
+        raise _fail(_database_error_reason(exc) or str(exc)) from None
+    typer.echo(f"token {token_id} ({token_name}, scope {scope}); store it now, it is not "
+               "shown again:", err=True)
+    typer.echo(plaintext)
+
+
+@token_cli.command("revoke")
+def token_revoke(token_id: Annotated[int, typer.Argument(help="id shown by `token list`")]) -> None:
+    """Revoke a token; requests with it get 401 from now on."""
+    from app.db import session_scope
+    from app.errors import SpeedwatchError
+    from app.services.tokens import revoke_token
+
+    try:
+        with session_scope() as session:
+            revoke_token(session, token_id)
+    except SpeedwatchError as exc:
+        raise _fail(exc.message) from None
+    except Exception as exc:
+        raise _fail(_database_error_reason(exc) or str(exc)) from None
+    typer.echo(f"token {token_id} revoked")
+
+
+@token_cli.command("list")
+def token_list() -> None:
+    """List tokens (never their values)."""
+    from app.db import session_scope
+    from app.services.tokens import list_tokens
+
+    try:
+        with session_scope() as session:
+            rows = [(t.id, t.name, ",".join(t.scopes), t.created_at, t.revoked_at,
+                     t.last_used_at) for t in list_tokens(session)]
+    except Exception as exc:
+        raise _fail(_database_error_reason(exc) or str(exc)) from None
+    for token_id, name, scopes, created, revoked, used in rows:
+        state = f"revoked {revoked:%Y-%m-%d %H:%M}" if revoked else "active"
+        last = f"{used:%Y-%m-%d %H:%M}" if used else "never"
+        typer.echo(f"{token_id}\t{name}\t{scopes}\t{state}\tcreated {created:%Y-%m-%d %H:%M}"
+                   f"\tlast used {last}")
+
 
 def register(cli: typer.Typer) -> None:
-    return None
+    cli.command("serve")(serve)
+    cli.command("migrate")(migrate)
+    cli.add_typer(token_cli, name="token")

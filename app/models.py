@@ -282,7 +282,7 @@ class Result(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     cell: Mapped[Cell] = relationship(back_populates="result")
-    series: Mapped[Series] = relationship(lazy="joined", innerjoin=True)
+    series: Mapped[Series] = relationship()
 
 
 class ApiToken(Base):

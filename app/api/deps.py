@@ -1,0 +1,84 @@
+"""Request dependencies as `Annotated` aliases, so routes declare what they need by type.
+
+SessionDep: a session on the app's engine (closed after the request; routes commit).
+CurrentToken: the bearer token if one was sent (a bad one is a 401 even where optional).
+CiToken: a token with the `ci` scope (writes). ReadAccess: a `read` token unless the server
+has public reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.errors import Forbidden, Unauthorized
+from app.models import ApiToken
+from app.services.tokens import authenticate, has_scope
+
+
+def get_app_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    session: Session = request.app.state.sessionmaker()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="`Authorization: Bearer sw_...`; create one with `speedwatch token create`",
+)
+
+
+def get_current_token(
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> ApiToken | None:
+    if credentials is None:
+        return None
+    token = authenticate(session, credentials.credentials)
+    if token is None:
+        raise Unauthorized("invalid or revoked token")
+    if session.dirty:  # last_used_at moved on
+        session.commit()
+    return token
+
+
+CurrentToken = Annotated[ApiToken | None, Depends(get_current_token)]
+
+
+def _require(token: ApiToken | None, scope: str) -> ApiToken:
+    if token is None:
+        raise Unauthorized(f"this endpoint needs a bearer token with the {scope!r} scope")
+    if not has_scope(token, scope):
+        raise Forbidden(f"token {token.name!r} lacks the {scope!r} scope")
+    return token
+
+
+def require_ci(token: CurrentToken) -> ApiToken:
+    return _require(token, "ci")
+
+
+def require_read(token: CurrentToken, settings: SettingsDep) -> ApiToken | None:
+    if settings.public_reads:
+        return token
+    return _require(token, "read")
+
+
+CiToken = Annotated[ApiToken, Depends(require_ci)]
+ReadAccess = Annotated[ApiToken | None, Depends(require_read)]

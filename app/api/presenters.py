@@ -1,0 +1,117 @@
+"""Storage objects -> `...Public` schemas. The only place that knows both shapes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from app.models import Cell, Result, Run, Series
+from app.schemas import (
+    CellPublic,
+    CellSpecPublic,
+    EnvironmentPublic,
+    ErrorPublic,
+    PointPublic,
+    ProgressPublic,
+    ResultSummaryPublic,
+    RunDetailPublic,
+    RunPublic,
+    SeriesPublic,
+    SpeedupPublic,
+)
+from app.services.series import Point
+
+
+def progress(counts: Counter[str]) -> ProgressPublic:
+    return ProgressPublic(total=sum(counts.values()), **{k: v for k, v in counts.items()})
+
+
+def run_public(run: Run, counts: Counter[str]) -> RunPublic:
+    return RunPublic(
+        id=run.id,
+        project=run.project.name,
+        kind=run.kind,  # type: ignore[arg-type]  # CHECK-constrained in the database
+        revision=run.revision,
+        branch=run.branch,
+        trigger=run.trigger,
+        status=run.status,  # type: ignore[arg-type]
+        verdict=run.verdict,  # type: ignore[arg-type]
+        reasons=list(run.reasons or []),
+        environment=EnvironmentPublic.model_validate(run.environment),
+        progress=progress(counts),
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+    )
+
+
+def cell_public(cell: Cell, result: Result | None) -> CellPublic:
+    spec = cell.spec
+    return CellPublic(
+        id=cell.id,
+        series_key=cell.series_key,
+        queue=cell.queue,
+        status=cell.status,
+        attempts=cell.attempts,
+        error=cell.error,
+        spec=CellSpecPublic(**{k: spec[k] for k in CellSpecPublic.model_fields}),
+        result=ResultSummaryPublic.model_validate(result) if result is not None else None,
+        started_at=cell.started_at,
+        finished_at=cell.finished_at,
+    )
+
+
+def run_detail(
+    run: Run, counts: Counter[str], cells: Sequence[tuple[Cell, Result | None]]
+) -> RunDetailPublic:
+    return RunDetailPublic(
+        **run_public(run, counts).model_dump(),
+        cells=[cell_public(cell, result) for cell, result in cells],
+    )
+
+
+def point_public(point: Point) -> PointPublic:
+    r, run = point.result, point.run
+    assert r.speedup is not None and r.ci_low is not None and r.ci_high is not None
+    return PointPublic(
+        result_id=r.id,
+        run_id=run.id,
+        revision=run.revision,
+        branch=run.branch,
+        created_at=r.created_at,
+        speedup=r.speedup,
+        ci_low=r.ci_low,
+        ci_high=r.ci_high,
+        baseline_median_ms=r.baseline_median_ms,
+        candidate_median_ms=r.candidate_median_ms,
+        accuracy_passed=r.accuracy_passed,
+        installed_versions=dict(r.installed_versions or {}),
+    )
+
+
+def series_public(series: Series, latest: Point | None) -> SeriesPublic:
+    return SeriesPublic(
+        key=series.key,
+        model=series.model,
+        backend=series.backend,
+        weights=series.weights,
+        precision=series.precision,
+        batch_size=series.batch_size,
+        shape_mode=series.shape_mode,
+        device_class=series.device_class,
+        latest=point_public(latest) if latest is not None else None,
+    )
+
+
+def speedup_public(result: Result) -> SpeedupPublic:
+    assert result.speedup is not None and result.ci_low is not None
+    assert result.ci_high is not None
+    return SpeedupPublic(
+        result_id=result.id, speedup=result.speedup, ci_low=result.ci_low, ci_high=result.ci_high
+    )
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for error codes, all shaped as ErrorPublic."""
+    return {code: {"model": ErrorPublic} for code in codes}

@@ -1,0 +1,43 @@
+"""Ingest of results measured elsewhere."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from app.api.deps import CiToken, SessionDep, SettingsDep
+from app.api.presenters import error_responses
+from app.schemas import ResultIngest, ResultIngestedPublic
+from app.services.results import ingest_result
+
+router = APIRouter(prefix="/api/v1/results", tags=["results"])
+
+
+@router.post(
+    "",
+    response_model=ResultIngestedPublic,
+    status_code=201,
+    responses={
+        200: {"model": ResultIngestedPublic, "description": "identical document already stored"},
+        **error_responses(401, 403, 409, 413, 422, 503),
+    },
+    summary="Store a result measured elsewhere (ci scope)",
+)
+def post_result(
+    body: ResultIngest,
+    session: SessionDep,
+    settings: SettingsDep,
+    _token: CiToken,
+    response: Response,
+) -> ResultIngestedPublic:
+    """`result` is a BenchResult document. It is checked whole before anything is stored:
+    unknown schema_version, non-positive or NaN latencies, an inverted CI, or a series_key
+    that its spec and fingerprint device_class do not give -> 422. It is filed under this
+    project's "ingest" run for the revision and environment."""
+    stored, created = ingest_result(session, body, settings)
+    session.commit()
+    if not created:
+        response.status_code = 200
+    return ResultIngestedPublic(
+        result_id=stored.id, run_id=stored.run_id, cell_id=stored.cell_id,
+        series_key=stored.series.key, status=stored.status, created=created,
+    )

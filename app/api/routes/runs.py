@@ -1,0 +1,104 @@
+"""Runs: trigger from CI, poll one, list them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.api.deps import CiToken, ReadAccess, SessionDep, SettingsDep
+from app.api.presenters import error_responses, run_detail, run_public
+from app.models import Cell, Project, Result, Run
+from app.schemas import RunCreate, RunDetailPublic, RunListPublic, RunSubmittedPublic
+from app.services import runs as run_service
+
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+
+ERRORS = error_responses(401, 403, 422, 503)
+
+
+def _detail(session: Session, run: Run) -> RunDetailPublic:
+    rows = session.execute(
+        select(Cell, Result).outerjoin(Result, Result.cell_id == Cell.id)
+        .where(Cell.run_id == run.id).order_by(Cell.id)
+    ).all()
+    cells = [(cell, result) for cell, result in rows]
+    counts = run_service.cell_counts(session, run.id)
+    return run_detail(run, counts, cells)
+
+
+@router.post(
+    "",
+    response_model=RunSubmittedPublic,
+    status_code=201,
+    responses={200: {"model": RunSubmittedPublic, "description": "existing run (retry)"},
+               **error_responses(409, 413), **ERRORS},
+    summary="Trigger a run (ci scope)",
+)
+def create_run(
+    body: RunCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    _token: CiToken,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", max_length=200, pattern=r"^[\x21-\x7e]+$",
+               description="a retry with the same key returns the same run (200)"),
+    ] = None,
+) -> RunSubmittedPublic:
+    """Store the run and one cell per matrix point in one transaction, then send the cell ids
+    to the executor. 201: new run. 200: the run this Idempotency-Key (or, without a key, this
+    identical project + revision + environment + matrix) already created. If the executor
+    cannot take the cells (broker down), the run is still stored and answered with a
+    `warning`: its cells stay queued and the reconciler sends them (retrying the request
+    with the same key also sends them)."""
+    outcome = run_service.submit_run(
+        session, body, idempotency_key=idempotency_key, settings=settings
+    )
+    if not outcome.created:
+        response.status_code = 200
+    detail = _detail(session, outcome.run)
+    return RunSubmittedPublic(
+        **detail.model_dump(), created=outcome.created, warning=outcome.warning
+    )
+
+
+@router.get(
+    "/{run_id}", response_model=RunDetailPublic,
+    responses={**error_responses(404), **ERRORS},
+    summary="A run: status, per-cell progress, verdict once done",
+)
+def get_run(run_id: int, session: SessionDep, _access: ReadAccess) -> RunDetailPublic:
+    return _detail(session, run_service.get_run(session, run_id))
+
+
+@router.get("", response_model=RunListPublic, responses=ERRORS, summary="List runs, newest first")
+def list_runs(
+    session: SessionDep,
+    _access: ReadAccess,
+    project: Annotated[str | None, Query(max_length=100)] = None,
+    status: Literal["queued", "running", "done", "failed"] | None = None,
+    branch: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[int | None, Query(ge=1, description="next_cursor of the previous page")]
+    = None,
+) -> RunListPublic:
+    query = select(Run)
+    if project is not None:
+        query = query.join(Project, Project.id == Run.project_id).where(Project.name == project)
+    if status is not None:
+        query = query.where(Run.status == status)
+    if branch is not None:
+        query = query.where(Run.branch == branch)
+    if cursor is not None:
+        query = query.where(Run.id < cursor)
+    found = list(session.scalars(query.order_by(Run.id.desc()).limit(limit + 1)).unique())
+    page = found[:limit]
+    counts = run_service.run_summary_counts(session, [r.id for r in page])
+    return RunListPublic(
+        items=[run_public(r, counts[r.id]) for r in page],
+        next_cursor=page[-1].id if len(found) > limit else None,
+    )

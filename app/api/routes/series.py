@@ -1,0 +1,64 @@
+"""Series: list with latest point, and the points of one series."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import ReadAccess, SessionDep
+from app.api.presenters import error_responses, point_public, series_public
+from app.schemas import SeriesListPublic, SeriesPointsPublic
+from app.services import series as series_service
+
+router = APIRouter(prefix="/api/v1/series", tags=["series"])
+
+ERRORS = error_responses(401, 403, 422, 503)
+
+
+@router.get("", response_model=SeriesListPublic, responses=ERRORS,
+            summary="Series (filter by axes), each with its latest point")
+def list_series(
+    session: SessionDep,
+    _access: ReadAccess,
+    model: Annotated[str | None, Query(max_length=100)] = None,
+    backend: Annotated[str | None, Query(max_length=50)] = None,
+    weights: Annotated[str | None, Query(max_length=20)] = None,
+    precision: Annotated[str | None, Query(max_length=20)] = None,
+    batch_size: Annotated[int | None, Query(ge=1)] = None,
+    shape_mode: Annotated[str | None, Query(max_length=20)] = None,
+    device_class: Annotated[str | None, Query(max_length=100)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 100,
+    cursor: Annotated[str | None, Query(max_length=300,
+                                        description="next_cursor of the previous page")] = None,
+) -> SeriesListPublic:
+    filters = series_service.SeriesFilter(
+        model=model, backend=backend, weights=weights, precision=precision,
+        batch_size=batch_size, shape_mode=shape_mode, device_class=device_class,
+    )
+    rows = series_service.list_series(session, filters, limit=limit + 1, after_key=cursor)
+    page = rows[:limit]
+    return SeriesListPublic(
+        items=[series_public(s, latest) for s, latest in page],
+        next_cursor=page[-1][0].key if len(rows) > limit else None,
+    )
+
+
+@router.get("/{key:path}/points", response_model=SeriesPointsPublic,
+            responses={**error_responses(404), **ERRORS},
+            summary="Points of one series (key URL-encoded or with its slashes)")
+def series_points(
+    key: str,
+    session: SessionDep,
+    _access: ReadAccess,
+    limit: Annotated[int, Query(ge=1, le=2000)] = 500,
+    since: Annotated[datetime | None, Query(description="only points stored at/after")] = None,
+) -> SeriesPointsPublic:
+    series = series_service.get_series(session, key)
+    points = series_service.series_points(session, series, limit=limit, since=since)
+    latest = points[-1] if points and since is None else series_service.latest_point(
+        session, series)
+    return SeriesPointsPublic(
+        series=series_public(series, latest), points=[point_public(p) for p in points]
+    )

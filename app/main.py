@@ -1,0 +1,55 @@
+"""The FastAPI application factory: `create_app(settings)`; OpenAPI UI at /docs.
+
+Each app owns its engine (tests build apps on other databases side by side); uvicorn runs it
+with `factory=True` (see `speedwatch serve`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy.orm import sessionmaker
+
+from app.api.middleware import BodySizeLimitMiddleware, Metrics, MetricsMiddleware
+from app.api.routes import compare, health, metrics, results, runs, series
+from app.config import Settings, get_settings
+from app.db import make_engine
+from app.errors import install_exception_handlers
+
+DESCRIPTION = """\
+Continuous performance-regression service for GPU inference: PyTorch eager against
+optimized backends (torch.compile, ONNX Runtime, TensorRT, Torch-TensorRT).
+
+Writes need a bearer token with the `ci` scope (`speedwatch token create --scope ci`);
+reads need a `read` token unless the server has public reads. Errors are
+`{"detail": "...", "errors": [{"field", "message"}]}`; a database outage is a 503.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    engine = make_engine(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="Speedwatch",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessionmaker = sessionmaker(bind=engine, expire_on_commit=False)
+    app.state.metrics = Metrics()
+    install_exception_handlers(app)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    for module in (runs, results, series, compare, health, metrics):
+        app.include_router(module.router)
+    return app
