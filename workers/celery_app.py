@@ -87,3 +87,19 @@ def make_celery(settings: Settings | None = None) -> Celery:
 
 
 celery_app = make_celery()
+
+_apps: dict[tuple[str, tuple[str, ...]], Celery] = {}
+
+
+def celery_for(settings: Settings) -> Celery:
+    """An app that publishes with `settings` (its broker, its queues).
+
+    The module-level app follows the process settings; an API or a sweep built with other
+    settings (tests, a second broker) gets its own, made once.
+    """
+    key = (settings.broker_url, tuple(queue_names(settings)))
+    if key == (celery_app.conf.broker_url, tuple(q.name for q in celery_app.conf.task_queues)):
+        return celery_app
+    if key not in _apps:
+        _apps[key] = make_celery(settings)
+    return _apps[key]

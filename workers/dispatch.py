@@ -39,26 +39,28 @@ def enqueue_cells(cells: Sequence[tuple[int, str]], settings: Settings | None = 
         get_local_executor().submit([cell_id for cell_id, _ in cells], settings)
         return
     if executor == "celery":
-        _send_celery(cells)
+        _send_celery(cells, settings)
         return
     raise DispatchError(f"executor {executor!r} is not one of celery, local, none")
 
 
-def _send_celery(cells: Sequence[tuple[int, str]]) -> None:
+def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
     from celery.exceptions import QueueNotFound
 
-    from workers.tasks import run_cell
+    from workers.celery_app import RUN_CELL_TASK, celery_for
 
+    app = celery_for(settings)
     sent = 0
     try:
         for cell_id, queue in cells:
-            run_cell.apply_async(args=[cell_id], queue=queue)
+            app.send_task(RUN_CELL_TASK, args=[cell_id], queue=queue)
             sent += 1
-    except (QueueNotFound, KeyError) as exc:
-        raise DispatchError(f"queue {exc} is not configured on this server") from None
+    except QueueNotFound as exc:
+        raise DispatchError(f"{exc.args[0] if exc.args else exc} (configured queues: "
+                            f"{', '.join(settings.queue_names())})") from None
     except Exception as exc:  # kombu raises transport-specific errors; all mean "not sent"
         log.warning("enqueue failed after %d of %d cells: %s", sent, len(cells), exc)
         raise DispatchError(
-            f"message broker unavailable ({type(exc).__name__}); {len(cells) - sent} cells "
-            "stay queued and are sent again by the reconciler"
+            f"message broker unavailable ({type(exc).__name__}: {exc}); "
+            f"{len(cells) - sent} cells stay queued and the reconciler sends them"
         ) from exc

@@ -1,0 +1,171 @@
+"""The reconciler decides from SQL alone which cells stopped moving, and moves them.
+
+Time is passed in (`now=`) instead of slept through; sends are collected by the `enqueue`
+callable the reconciler takes, and one test sends through the real broker.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import redis
+from sqlalchemy.orm import Session
+
+from app.config import Settings, get_settings
+from app.models import Cell
+from tests.workers.helpers import new_run, reload_run
+from workers.reconciler import NEVER_ENQUEUED_GRACE_S, reconcile
+
+pytestmark = pytest.mark.usefixtures("clean_db")
+
+
+class Sent:
+    """Collects what the reconciler hands to the executor."""
+
+    def __init__(self) -> None:
+        self.cells: list[tuple[int, str]] = []
+
+    def __call__(self, cells: Sequence[tuple[int, str]]) -> None:
+        self.cells.extend(cells)
+
+
+def _set(session: Session, cell_id: int, **values: object) -> None:
+    cell = session.get(Cell, cell_id)
+    assert cell is not None
+    for key, value in values.items():
+        setattr(cell, key, value)
+    session.commit()
+
+
+def _later(settings: Settings, factor: float = 1.0, extra_s: float = 5.0) -> datetime:
+    return datetime.now(timezone.utc) + timedelta(
+        seconds=settings.reconcile_after_seconds * factor + extra_s
+    )
+
+
+def test_a_running_cell_that_stopped_moving_is_queued_and_sent_again(
+    session: Session, settings: Settings
+) -> None:
+    _, [cell_id] = new_run(session, settings)
+    now = datetime.now(timezone.utc)
+    _set(session, cell_id, status="running", attempts=1, started_at=now, enqueued_at=now)
+    sent = Sent()
+
+    report = reconcile(now=_later(settings), settings=settings, enqueue=sent)
+
+    assert report.requeued == [cell_id] and report.failed == []
+    assert sent.cells == [(cell_id, settings.cpu_queue)]
+    session.expire_all()
+    cell = session.get(Cell, cell_id)
+    assert cell is not None
+    assert cell.status == "queued"
+    assert "attempt 1 lost" in (cell.error or "")
+
+
+def test_a_running_cell_out_of_attempts_is_failed_with_the_reason_and_its_run_finishes(
+    session: Session, settings: Settings
+) -> None:
+    run_id, [cell_id] = new_run(session, settings)
+    now = datetime.now(timezone.utc)
+    _set(session, cell_id, status="running", attempts=settings.max_cell_attempts,
+         started_at=now, enqueued_at=now)
+    sent = Sent()
+
+    report = reconcile(now=_later(settings), settings=settings, enqueue=sent)
+
+    assert report.failed == [cell_id] and sent.cells == []
+    run = reload_run(session, run_id)
+    assert run.cells[0].status == "failed"
+    assert f"gave up after {settings.max_cell_attempts} attempts" in (run.cells[0].error or "")
+    assert (run.status, run.verdict) == ("failed", "error")
+
+
+def test_a_cell_that_is_still_within_its_deadline_is_left_alone(
+    session: Session, settings: Settings
+) -> None:
+    _, [cell_id] = new_run(session, settings)
+    now = datetime.now(timezone.utc)
+    _set(session, cell_id, status="running", attempts=1, started_at=now, enqueued_at=now)
+    sent = Sent()
+
+    report = reconcile(now=_later(settings, factor=0.5), settings=settings, enqueue=sent)
+
+    assert report.requeued == [] and report.failed == [] and sent.cells == []
+
+
+def test_a_cell_never_handed_to_the_broker_is_sent_after_a_short_grace(
+    session: Session, settings: Settings
+) -> None:
+    _, [cell_id] = new_run(session, settings)  # enqueued_at stays NULL: the broker was down
+    sent = Sent()
+    soon = datetime.now(timezone.utc) + timedelta(seconds=NEVER_ENQUEUED_GRACE_S / 2)
+    assert reconcile(now=soon, settings=settings, enqueue=sent).requeued == []
+
+    later = datetime.now(timezone.utc) + timedelta(seconds=NEVER_ENQUEUED_GRACE_S + 5)
+    report = reconcile(now=later, settings=settings, enqueue=sent)
+
+    assert report.requeued == [cell_id]
+    assert sent.cells == [(cell_id, settings.cpu_queue)]
+    session.expire_all()
+    cell = session.get(Cell, cell_id)
+    assert cell is not None and cell.enqueued_at is not None
+
+
+def test_a_queued_cell_nobody_took_is_sent_again_and_failed_once_its_queue_looks_dead(
+    session: Session, settings: Settings
+) -> None:
+    run_id, [cell_id] = new_run(session, settings)
+    _set(session, cell_id, enqueued_at=datetime.now(timezone.utc))
+    sent = Sent()
+
+    report = reconcile(now=_later(settings), settings=settings, enqueue=sent)
+    assert report.requeued == [cell_id]
+
+    report = reconcile(now=_later(settings, factor=settings.max_cell_attempts),
+                       settings=settings, enqueue=sent)
+    assert report.failed == [cell_id]
+    run = reload_run(session, run_id)
+    assert f"no worker consumes queue {settings.cpu_queue!r}" in (run.cells[0].error or "")
+    assert run.status == "failed"
+
+
+def test_a_queued_cell_in_a_busy_queue_waits_however_long_it_takes(
+    session: Session, settings: Settings
+) -> None:
+    _, [waiting, busy] = new_run(session, settings, weights=["constant", "tensor"])
+    _set(session, waiting, enqueued_at=datetime.now(timezone.utc))
+    late = _later(settings, factor=settings.max_cell_attempts)
+    # a worker started another cell of the same queue recently: the queue is alive
+    _set(session, busy, status="running", attempts=1, started_at=late - timedelta(seconds=5),
+         updated_at=late - timedelta(seconds=5), enqueued_at=late)
+    sent = Sent()
+
+    report = reconcile(now=late, settings=settings, enqueue=sent)
+
+    assert report.failed == []
+    assert report.requeued == [waiting]
+
+
+def test_the_sweep_sends_through_the_configured_broker(
+    session: Session, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = f"cpu-reconcile-{secrets.token_hex(4)}"
+    broker = "redis://127.0.0.1:6379/0"
+    monkeypatch.setenv("SPEEDWATCH_CPU_QUEUE", queue)
+    monkeypatch.setenv("SPEEDWATCH_EXECUTOR", "celery")
+    monkeypatch.setenv("SPEEDWATCH_BROKER_URL", broker)
+    get_settings.cache_clear()
+    celery_settings = get_settings()
+    _, [cell_id] = new_run(session, celery_settings)
+    client = redis.Redis.from_url(broker)
+    try:
+        report = reconcile(now=_later(celery_settings, extra_s=NEVER_ENQUEUED_GRACE_S),
+                           settings=celery_settings)
+        assert report.requeued == [cell_id]
+        assert client.llen(queue) == 1
+    finally:
+        client.delete(queue)
+        client.close()
