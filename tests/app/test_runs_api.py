@@ -1,0 +1,255 @@
+"""Triggering runs: cells per matrix point, idempotency, validation naming the field, progress
+and verdict as the cells finish, listing with filters and cursors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.main import create_app
+from app.models import Cell, Run
+from app.services import runs as run_service
+from tests.app.factories import bearer, bench_result, run_request
+
+
+def post_run(client: TestClient, token: str, body: dict[str, Any] | None = None,
+             key: str | None = None) -> Any:
+    headers = bearer(token)
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return client.post("/api/v1/runs", json=body or run_request(), headers=headers)
+
+
+def test_a_trigger_stores_one_queued_cell_per_matrix_point(
+    client: TestClient, ci_token: str
+) -> None:
+    body = run_request(matrix={"backends": ["onnxruntime", "inductor"],
+                               "weights": ["constant", "tensor"], "batch_sizes": [1, 4]})
+    response = post_run(client, ci_token, body)
+    assert response.status_code == 201
+    run = response.json()
+    assert run["created"] is True and run["warning"] is None
+    assert run["status"] == "queued" and run["verdict"] is None
+    assert run["progress"] == {"total": 8, "queued": 8, "running": 0, "done": 0, "failed": 0,
+                               "skipped": 0}
+    keys = {cell["series_key"] for cell in run["cells"]}
+    assert "resnet18-w8-i32/inductor/tensor/fp32/bs4/static/cpu" in keys
+    assert len(keys) == 8
+    assert {cell["queue"] for cell in run["cells"]} == {"cpu"}
+    assert run["environment"]["pins"] == ["onnxruntime==1.22.0"]
+
+
+def test_refit_combinations_outside_tensorrt_are_left_out(
+    client: TestClient, ci_token: str
+) -> None:
+    body = run_request(matrix={"backends": ["onnxruntime", "tensorrt"],
+                               "weights": ["constant", "refit"], "device": "cuda"})
+    run = post_run(client, ci_token, body).json()
+    combos = {(c["spec"]["backend"], c["spec"]["weights"]) for c in run["cells"]}
+    assert combos == {("onnxruntime", "constant"), ("tensorrt", "constant"),
+                      ("tensorrt", "refit")}
+    assert {c["queue"] for c in run["cells"]} == {"gpu"}
+
+
+def test_same_idempotency_key_returns_the_same_run_with_200(
+    client: TestClient, ci_token: str, session: Session
+) -> None:
+    first = post_run(client, ci_token, key="gha-run-42-attempt-1")
+    again = post_run(client, ci_token, key="gha-run-42-attempt-1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"] and again.json()["created"] is False
+    assert session.scalar(select(func.count()).select_from(Run)) == 1
+
+
+def test_identical_request_without_key_returns_the_existing_run(
+    client: TestClient, ci_token: str
+) -> None:
+    first = post_run(client, ci_token)
+    # Same points listed in another order: the same matrix.
+    reordered = run_request(matrix={"weights": ["tensor", "constant"]})
+    again = post_run(client, ci_token, reordered)
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    other_revision = post_run(client, ci_token, run_request(revision="def456"))
+    assert other_revision.status_code == 201
+
+
+def test_a_new_key_forces_a_new_run_of_an_identical_request(
+    client: TestClient, ci_token: str
+) -> None:
+    first = post_run(client, ci_token, key="a")
+    second = post_run(client, ci_token, key="b")
+    assert second.status_code == 201 and second.json()["id"] != first.json()["id"]
+
+
+def test_reusing_a_key_for_a_different_request_is_a_conflict(
+    client: TestClient, ci_token: str
+) -> None:
+    post_run(client, ci_token, key="k1")
+    response = post_run(client, ci_token, run_request(revision="other"), key="k1")
+    assert response.status_code == 409
+    assert "Idempotency-Key 'k1'" in response.json()["detail"]
+
+
+BAD_REQUESTS = [
+    ({"matrix": {"models": ["resnet9"]}}, "matrix.models[0]", "'resnet9' is not one of"),
+    ({"matrix": {"backends": ["tvm"]}}, "matrix.backends[0]", "'tvm' is not one of"),
+    ({"matrix": {"weights": ["frozen"]}}, "matrix.weights[0]", "'frozen' is not one of"),
+    ({"matrix": {"precisions": ["int4"]}}, "matrix.precisions[0]", "'int4' is not one of"),
+    ({"matrix": {"shape_modes": ["ragged"]}}, "matrix.shape_modes[0]", "is not one of"),
+    ({"matrix": {"models": []}}, "matrix.models", "at least 1"),
+    ({"matrix": {"batch_sizes": [0]}}, "matrix.batch_sizes[0]", "greater than or equal to 1"),
+    ({"matrix": {"device": "tpu"}}, "matrix.device", "'tpu' is not one of cpu, cuda"),
+    ({"matrix": {"weights": ["refit"]}}, "matrix", "no valid combination"),
+    ({"matrix": {"timing": {"rounds": 3, "min_rounds": 5}}}, "matrix.timing.min_rounds",
+     "must not exceed rounds"),
+    ({"matrix": {"colour": "red"}}, "matrix.colour", "unknown field"),
+    ({"priority": 1}, "priority", "unknown field"),
+    ({"revision": ""}, "revision", "at least 1 character"),
+    ({"environment": {}}, "environment", "exactly one of pins or interpreter"),
+    ({"environment": {"pins": ["onnxruntime==1.22"], "interpreter": "x"}}, "environment",
+     "exactly one"),
+]
+BAD_PINS = [
+    ("https://evil.example/onnxruntime.whl", "URLs and paths are not allowed"),
+    ("-e git+https://x/y", "pip options"),
+    ("--index-url=https://evil", "pip options"),
+    ("onnxruntime[gpu]==1.22.0", "extras"),
+    ('onnxruntime==1.22.0; python_version>"3"', "markers"),
+    ("onnxruntime==1.22.0$(reboot)", "shell metacharacters"),
+    ("onnxruntime>=1.22", "only exact pins"),
+    ("requests==2.32.0", "not on the allowlist"),
+    ("./onnxruntime", "URLs and paths"),
+]
+
+
+@pytest.mark.parametrize(("override", "field", "message"), BAD_REQUESTS,
+                         ids=[f for _, f, _ in BAD_REQUESTS])
+def test_invalid_requests_are_422_naming_the_field(
+    client: TestClient, ci_token: str, session: Session, override: dict[str, Any], field: str,
+    message: str,
+) -> None:
+    response = post_run(client, ci_token, run_request(**override))
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert any(e["field"] == field and message in e["message"] for e in body["errors"]), body
+    assert field in body["detail"]
+    assert session.scalar(select(func.count()).select_from(Run)) == 0
+
+
+@pytest.mark.parametrize(("pin", "why"), BAD_PINS, ids=[p for p, _ in BAD_PINS])
+def test_malformed_or_unlisted_pins_are_refused(
+    client: TestClient, ci_token: str, pin: str, why: str
+) -> None:
+    response = post_run(client, ci_token, run_request(environment={"pins": [pin]}))
+    assert response.status_code == 422
+    error = response.json()["errors"][0]
+    assert error["field"] == "environment.pins" and why in error["message"]
+
+
+def test_a_matrix_over_the_server_limit_is_refused(
+    settings: Settings, ci_token: str
+) -> None:
+    with TestClient(create_app(settings.model_copy(update={"max_matrix_cells": 4}))) as client:
+        body = run_request(matrix={"batch_sizes": [1, 2, 4]})  # 2 weights x 3 = 6 cells
+        response = post_run(client, ci_token, body)
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        "matrix: 6 cells is more than this server's limit of 4")
+
+
+def test_a_body_over_the_size_limit_is_413(settings: Settings, ci_token: str) -> None:
+    with TestClient(create_app(settings.model_copy(update={"max_body_bytes": 1024}))) as client:
+        body = run_request(branch="b" * 150, revision="r" * 150, trigger="x" * 30)
+        body["environment"] = {"pins": ["onnxruntime==1.22.0"] * 32}
+        response = post_run(client, ci_token, body)
+        assert response.status_code == 413
+        assert "1024 bytes" in response.json()["detail"]
+        small = post_run(client, ci_token)
+        assert small.status_code == 201
+
+
+def test_progress_and_verdict_follow_the_cells(
+    client: TestClient, ci_token: str, read_token: str, session: Session
+) -> None:
+    run = post_run(client, ci_token).json()
+    first, second = (cell["id"] for cell in run["cells"])
+
+    spec = run_service.claim_cell(session, first)
+    assert spec is not None
+    session.commit()
+    polled = client.get(f"/api/v1/runs/{run['id']}", headers=bearer(read_token)).json()
+    assert polled["status"] == "running" and polled["progress"]["running"] == 1
+
+    run_service.record_result(session, first, bench_result(spec, speedup=2.0))
+    run_service.finish_run_if_complete(session, run["id"])
+    session.commit()
+    polled = client.get(f"/api/v1/runs/{run['id']}", headers=bearer(read_token)).json()
+    assert polled["progress"]["done"] == 1 and polled["verdict"] is None
+    done_cell = next(c for c in polled["cells"] if c["id"] == first)
+    assert done_cell["result"]["speedup"] == 2.0 and done_cell["status"] == "done"
+
+    run_service.claim_cell(session, second)
+    run_service.fail_cell(session, second, "child killed by signal 9 (out of memory?)")
+    assert run_service.finish_run_if_complete(session, run["id"]) is True
+    session.commit()
+    polled = client.get(f"/api/v1/runs/{run['id']}", headers=bearer(read_token)).json()
+    assert polled["status"] == "failed" and polled["verdict"] == "error"
+    assert len(polled["reasons"]) == 1
+    assert "child killed by signal 9" in polled["reasons"][0]
+    assert polled["finished_at"] is not None
+
+
+def test_list_filters_and_pages_with_a_cursor(
+    client: TestClient, ci_token: str, read_token: str
+) -> None:
+    ids = [post_run(client, ci_token, run_request(revision=f"r{i}", branch=branch)).json()["id"]
+           for i, branch in enumerate(["main", "dev", "main", "main"])]
+    post_run(client, ci_token, run_request(project="other", revision="x"))
+
+    page1 = client.get("/api/v1/runs?project=vision&branch=main&limit=2",
+                       headers=bearer(read_token)).json()
+    assert [r["id"] for r in page1["items"]] == [ids[3], ids[2]]
+    page2 = client.get(f"/api/v1/runs?project=vision&branch=main&limit=2"
+                       f"&cursor={page1['next_cursor']}", headers=bearer(read_token)).json()
+    assert [r["id"] for r in page2["items"]] == [ids[0]] and page2["next_cursor"] is None
+    queued = client.get("/api/v1/runs?status=queued", headers=bearer(read_token)).json()
+    assert len(queued["items"]) == 5
+    assert client.get("/api/v1/runs?limit=201", headers=bearer(read_token)).status_code == 422
+
+
+def test_broker_outage_keeps_the_run_and_answers_with_a_warning(
+    settings: Settings, ci_token: str, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stand-in for the broker: an enqueue that fails as workers.dispatch does when Redis is
+    down (the real broker-down path is tested with the workers)."""
+    import workers.dispatch
+
+    sent: list[list[tuple[int, str]]] = []
+
+    def broker_down(cells: list[tuple[int, str]]) -> None:
+        raise workers.dispatch.DispatchError("message broker unavailable (ConnectionError)")
+
+    monkeypatch.setattr(workers.dispatch, "enqueue_cells", broker_down)
+    app = create_app(settings.model_copy(update={"executor": "celery"}))
+    with TestClient(app) as client:
+        response = post_run(client, ci_token, key="retry-me")
+        assert response.status_code == 201
+        run = response.json()
+        assert "message broker unavailable" in run["warning"]
+        assert "reconciler" in run["warning"]
+        assert session.scalar(select(func.count()).select_from(Cell).where(
+            Cell.run_id == run["id"], Cell.enqueued_at.is_(None))) == 2
+
+        # The broker is back: a retry with the same key sends the cells it never sent.
+        monkeypatch.setattr(workers.dispatch, "enqueue_cells", sent.append)
+        again = post_run(client, ci_token, key="retry-me")
+        assert again.status_code == 200 and again.json()["warning"] is None
+    assert sorted(cell_id for cell_id, _ in sent[0]) == sorted(c["id"] for c in run["cells"])
+    session.expire_all()
+    assert session.scalar(select(func.count()).select_from(Cell).where(
+        Cell.enqueued_at.is_(None))) == 0
