@@ -35,8 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.detection.changepoints import DetectorSettings, detect_change_points  # noqa: E402
-from app.detection.corpus import (  # noqa: E402
+from app.detection.changepoints import DetectorSettings, detect_change_points
+from app.detection.corpus import (
     CV_BUCKETS,
     MAGNITUDE_BUCKETS,
     SHAPES,
@@ -254,11 +254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides: dict[str, object] = {}
     for item in args.set:
         key, _, raw = item.partition("=")
-        field_type = type(getattr(SETTINGS, key, None))
         if key not in DetectorSettings.__dataclass_fields__:
             ap.error(f"--set: unknown setting {key!r}")
-        overrides[key] = raw.lower() in ("1", "true", "yes") if field_type is bool \
-            else field_type(raw)
+        current = getattr(SETTINGS, key)
+        if isinstance(current, bool):
+            overrides[key] = raw.lower() in ("1", "true", "yes")
+        elif isinstance(current, int):
+            overrides[key] = int(raw)
+        else:
+            overrides[key] = float(raw)
     SETTINGS = dataclasses.replace(SETTINGS, **overrides).check()  # type: ignore[arg-type]
     corpus = generate_corpus(args.seed, args.size)
     results = {}

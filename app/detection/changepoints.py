@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
@@ -61,7 +62,7 @@ class DetectorSettings:
     clip_sigmas: float = 3.0
     drift_guard: bool = True
     max_step_given_trend_p: float = 0.01
-    """p-value the step must reach in the level + trend + step fit (drift guard)."""
+    """Drift guard: p-value the step must reach on top of a linear trend (max-t corrected)."""
 
     def check(self) -> DetectorSettings:
         if self.min_segment < 2:
@@ -137,7 +138,7 @@ def _running_median(x: FloatArray, half: int = 2) -> FloatArray:
 
 def _clipped(x: FloatArray, sigma: float, k: float) -> FloatArray:
     m = _running_median(x)
-    return m + np.clip(x - m, -k * sigma, k * sigma)
+    return np.asarray(m + np.clip(x - m, -k * sigma, k * sigma), dtype=np.float64)
 
 
 def _optimal_partition(z: FloatArray, penalty: float, min_segment: int) -> list[int]:
@@ -174,25 +175,77 @@ def _optimal_partition(z: FloatArray, penalty: float, min_segment: int) -> list[
     return sorted(cps)
 
 
-def _step_given_trend_p(y: FloatArray, split: int) -> float:
-    """Two-sided p-value of the step term in y ~ level + trend + step(at split), by OLS."""
-    n = y.size
-    t = np.arange(n, dtype=np.float64)
-    t = (t - t.mean()) / max(1.0, float(n))
-    step = (np.arange(n) >= split).astype(np.float64)
-    design = np.column_stack([np.ones(n), t, step])
-    coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
-    if rank < 3 or n <= 3:
+# Monte Carlo draws for the null distribution of the largest step statistic (drift guard);
+# above this segment length a Bonferroni bound over the split points is used instead.
+_NULL_DRAWS = 2000
+_NULL_MAX_LENGTH = 400
+
+
+def _step_projections(length: int, min_segment: int) -> FloatArray:
+    """Unit vectors u_s: the step at s with level and trend projected out (rows, one per s).
+
+    For y = level + slope * t + step * 1[t >= s] + noise, the OLS t-statistic of the step
+    is u_s.y / sqrt((|M y|^2 - (u_s.y)^2) / (length - 3)), M the residual maker of the line.
+    """
+    t = np.arange(length, dtype=np.float64)
+    line = np.column_stack([np.ones(length), (t - t.mean()) / length])
+    splits = np.arange(min_segment, length - min_segment + 1)
+    steps = (t[None, :] >= splits[:, None]).astype(np.float64)
+    coef, *_ = np.linalg.lstsq(line, steps.T, rcond=None)
+    resid = steps - (line @ coef).T
+    return resid / np.linalg.norm(resid, axis=1, keepdims=True)
+
+
+def _line_residual_sq(y: FloatArray) -> FloatArray:
+    """|M y|^2 per row of y (rows are series of equal length)."""
+    length = y.shape[-1]
+    t = np.arange(length, dtype=np.float64)
+    tc = (t - t.mean()) / np.linalg.norm(t - t.mean())
+    yc = y - y.mean(axis=-1, keepdims=True)
+    return np.sum(yc * yc, axis=-1) - (yc @ tc) ** 2
+
+
+def _t_stats(u: FloatArray, y: FloatArray) -> FloatArray:
+    a = y @ u.T
+    q = _line_residual_sq(y)
+    rss = np.maximum(q[..., None] - a * a, 1e-300)
+    return np.asarray(a / np.sqrt(rss / (u.shape[1] - 3)))
+
+
+@lru_cache(maxsize=512)
+def _null_max_t(length: int, min_segment: int) -> FloatArray:
+    """Sorted largest |t| of the step over all split points, for trend + Gaussian noise.
+
+    The statistic does not depend on the level, slope or noise scale, so one table per
+    (length, min_segment) serves every series; the fixed seed keeps results reproducible.
+    """
+    u = _step_projections(length, min_segment)
+    rng = np.random.default_rng(20240604)
+    draws = rng.standard_normal((_NULL_DRAWS, length))
+    return np.sort(np.max(np.abs(_t_stats(u, draws)), axis=1))
+
+
+def _step_beyond_trend_p(y: FloatArray, split: int, min_segment: int) -> float:
+    """p-value that y has a step at `split` on top of a linear trend (drift guard).
+
+    The statistic is the step's t in y ~ level + trend + step; its null distribution is
+    that of the LARGEST such t over every split point a search could have picked, because
+    the split was chosen where the data jump most. A plain t-test at the chosen split would
+    let one in a few dozen slow drifts through as a step.
+    """
+    length = y.size
+    if length < 2 * min_segment or length <= 3:
         return 1.0
-    resid = y - design @ coef
-    dof = n - 3
-    s2 = float(resid @ resid) / dof
-    xtx_inv = np.linalg.inv(design.T @ design)
-    var = s2 * float(xtx_inv[2, 2])
-    if var <= 0.0:
-        return 0.0 if coef[2] != 0 else 1.0
-    tstat = float(coef[2]) / math.sqrt(var)
-    return float(2 * stats.t.sf(abs(tstat), dof))
+    u = _step_projections(length, min_segment)
+    row = split - min_segment
+    if not 0 <= row < u.shape[0]:
+        return 1.0
+    t_obs = abs(float(_t_stats(u[row:row + 1], y[None, :])[0, 0]))
+    if length > _NULL_MAX_LENGTH:
+        return min(1.0, float(2 * stats.t.sf(t_obs, length - 3)) * u.shape[0])
+    null = _null_max_t(length, min_segment)
+    exceed = null.size - int(np.searchsorted(null, t_obs, side="left"))
+    return (1 + exceed) / (null.size + 1)
 
 
 @dataclass
@@ -227,7 +280,8 @@ def _evaluate(
     else:
         p = float(stats.mannwhitneyu(left, right, alternative="two-sided").pvalue)
     trend_p = (
-        _step_given_trend_p(xc[lo:hi], index - lo) if settings.drift_guard else 0.0
+        _step_beyond_trend_p(xc[lo:hi], index - lo, settings.min_segment)
+        if settings.drift_guard else 0.0
     )
     passed = (
         p <= settings.max_p_value
@@ -255,7 +309,7 @@ def detect_change_points(
         return []
     sigma = noise_scale(x)
     xc = _clipped(x, sigma, settings.clip_sigmas)
-    z = (xc - float(np.median(xc))) / sigma
+    z = np.asarray((xc - float(np.median(xc))) / sigma, dtype=np.float64)
     cps = _optimal_partition(z, settings.penalty_factor * math.log(n), m)
     if not cps:
         return []

@@ -1,0 +1,155 @@
+"""What changed between two result documents, in one sentence a person reads in five seconds.
+
+A regression alert is only useful if it says why: "kernels per inference 58 -> 161; onnx
+nodes 122 -> 175; torch-tensorrt 2.6.0 -> 2.7.0" points at lost fusion and names the
+package that moved. The order is fixed (fusion evidence first, since it explains a speedup;
+then compile time and accuracy; then the environment) and only things that changed appear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.result import BenchResult
+
+Document = BenchResult | Mapping[str, Any]
+
+# Evidence keys with a reader's name, in the order they are told; other numeric or scalar
+# keys follow with underscores turned into spaces.
+_EVIDENCE_NAMES = {
+    "kernels_per_inference": "kernels per inference",
+    "trt_layer_count": "engine layers",
+    "onnx_node_counts": "onnx nodes",
+    "inductor_kernels": "inductor kernels",
+    "graph_breaks": "graph breaks",
+    "dynamo_graphs": "dynamo graphs",
+}
+# Fingerprint entries worth naming when they differ (packages are handled on their own).
+_ENVIRONMENT_KEYS = ("python", "cuda", "cudnn", "driver", "gpu", "device_class")
+# Compile time is noisy; only a change this large (and at least half a second) is news.
+_COMPILE_RELATIVE = 0.2
+
+
+@dataclass(frozen=True)
+class EvidenceChange:
+    what: str
+    before: str
+    after: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        tail = f" ({self.detail})" if self.detail else ""
+        return f"{self.what} {self.before} -> {self.after}{tail}"
+
+
+def _get(doc: Document, name: str) -> Any:
+    if isinstance(doc, BenchResult):
+        value = getattr(doc, name)
+        if name == "accuracy" and value is not None:
+            return {"rel_l2": value.rel_l2, "passed": value.passed}
+        return value
+    return doc.get(name)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _evidence_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[EvidenceChange]:
+    keys = [k for k in _EVIDENCE_NAMES if k in before or k in after]
+    keys += sorted((set(before) | set(after)) - set(keys))
+    out = []
+    for key in keys:
+        b, a = before.get(key), after.get(key)
+        name = _EVIDENCE_NAMES.get(key, key.replace("_", " "))
+        if isinstance(b, Mapping) or isinstance(a, Mapping):
+            out += _count_change(name, b if isinstance(b, Mapping) else {},
+                                 a if isinstance(a, Mapping) else {})
+        elif isinstance(b, (list, tuple)) or isinstance(a, (list, tuple)):
+            continue  # lists (e.g. graph break reasons) do not fit in five seconds
+        elif b != a:
+            out.append(EvidenceChange(name, _fmt(b), _fmt(a)))
+    return out
+
+
+def _count_change(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[
+        EvidenceChange]:
+    """Totals of a per-kind count map, with the kind that moved most."""
+    def total(m: Mapping[str, Any]) -> int:
+        return sum(int(v) for v in m.values() if isinstance(v, (int, float)))
+
+    tb, ta = total(before), total(after)
+    deltas = {k: int(after.get(k, 0) or 0) - int(before.get(k, 0) or 0)
+              for k in set(before) | set(after)}
+    moved = {k: d for k, d in deltas.items() if d}
+    if not moved:
+        return []
+    top = max(sorted(moved), key=lambda k: abs(moved[k]))
+    return [EvidenceChange(name, str(tb) if before else "none", str(ta) if after else "none",
+                           f"{moved[top]:+d} {top}")]
+
+
+def _compile_change(before: Any, after: Any) -> EvidenceChange | None:
+    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)):
+        return None
+    if abs(after - before) < 0.5 or abs(after - before) < _COMPILE_RELATIVE * max(before, 1e-9):
+        return None
+    return EvidenceChange("compile time", f"{before:.1f} s", f"{after:.1f} s")
+
+
+def _accuracy_change(before: Any, after: Any) -> EvidenceChange | None:
+    if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+        return None
+    if before.get("passed") == after.get("passed"):
+        return None
+    return EvidenceChange(
+        "accuracy",
+        "passed" if before.get("passed") else "failed",
+        "passed" if after.get("passed") else "failed",
+        f"rel_l2 {_fmt(before.get('rel_l2'))} -> {_fmt(after.get('rel_l2'))}",
+    )
+
+
+def _environment_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[
+        EvidenceChange]:
+    out = []
+    pb = before.get("packages") or {}
+    pa = after.get("packages") or {}
+    for name in sorted(set(pb) | set(pa)):
+        if pb.get(name) != pa.get(name):
+            out.append(EvidenceChange(name, _fmt(pb.get(name)), _fmt(pa.get(name))))
+    for key in _ENVIRONMENT_KEYS:
+        if key in before or key in after:
+            b, a = before.get(key), after.get(key)
+            if b != a:
+                out.append(EvidenceChange(key, _fmt(b), _fmt(a)))
+    return out
+
+
+def evidence_changes(before: Document, after: Document) -> list[EvidenceChange]:
+    """Every difference worth telling between two results of one series, in reading order."""
+    out = _evidence_changes(_get(before, "evidence") or {}, _get(after, "evidence") or {})
+    for change in (
+        _compile_change(_get(before, "compile_seconds"), _get(after, "compile_seconds")),
+        _accuracy_change(_get(before, "accuracy"), _get(after, "accuracy")),
+    ):
+        if change:
+            out.append(change)
+    out += _environment_changes(_get(before, "fingerprint") or {}, _get(after, "fingerprint") or {})
+    return out
+
+
+def evidence_sentence(before: Document, after: Document) -> str:
+    """'kernels per inference 58 -> 161; torch-tensorrt 2.6.0 -> 2.7.0', or a plain 'no ...'."""
+    changes = evidence_changes(before, after)
+    if not changes:
+        return "no change in fusion evidence, compile time, accuracy or environment versions"
+    return "; ".join(str(c) for c in changes)

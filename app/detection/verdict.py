@@ -1,0 +1,358 @@
+"""The per-run verdict: one new cell against its series' baseline, from the raw samples.
+
+A regression is a speedup drop whose confidence interval lies wholly below the baseline by
+more than a threshold (default 3%). The interval is that of the RATIO new speedup /
+baseline speedup, from a bootstrap over the rounds of both results:
+
+- Each result's speedup is the ratio of pooled medians (eager over candidate), the number
+  the result document reports (benchmarks.stats).
+- Rounds are resampled, not single iterations: iterations of one round share the machine's
+  momentary state, so treating them as independent would give a falsely narrow interval.
+  Within one result the same round indices are drawn for eager and candidate (they ran back
+  to back, so a slow moment cancels in the ratio); the two results are resampled
+  independently, since they ran at different times.
+- When the baseline is a history window (a median of past speedups, no raw samples), it is
+  taken as a fixed reference and only the new result is resampled.
+
+Accuracy failures count as regressions (a fast wrong answer is not a speedup), and failed
+cells as errors; every verdict carries reasons a person can read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from benchmarks.result import BenchResult
+
+Rounds = Sequence[Sequence[float]]
+CellVerdictKind = Literal["pass", "regression", "improvement", "error"]
+RunVerdictKind = Literal["pass", "regression", "error"]
+BaselineKind = Literal["previous", "pinned", "window"]
+
+DEFAULT_THRESHOLD = 0.03
+_CHUNK = 256  # resamples per vectorised block
+
+
+class VerdictError(ValueError):
+    """Samples or settings that admit no verdict; the message says which."""
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    """New speedup over baseline speedup, with its bootstrap confidence interval."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    new_speedup: float
+    baseline_speedup: float
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What a new cell is compared with, and words that say what it is."""
+
+    kind: BaselineKind
+    description: str  # e.g. "the previous run on the branch (rev 3f2a1c)"
+    speedup: float
+    result: BenchResult | None = None  # raw samples when the baseline is one run
+
+
+@dataclass(frozen=True)
+class CellVerdict:
+    verdict: CellVerdictKind
+    reasons: tuple[str, ...]
+    ratio: RatioEstimate | None = None
+    suspect: bool = False
+    """Point estimate beyond the threshold but the interval not wholly so: worth a re-measure."""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("pass", "improvement")
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    verdict: RunVerdictKind
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One earlier result of the series, oldest first in a history."""
+
+    revision: str
+    result: BenchResult
+
+
+# ---------------------------------------------------------------------------- bootstrap
+
+
+def _rounds_matrix(rounds: Rounds, side: str) -> list[npt.NDArray[np.float64]]:
+    arrays = [np.asarray(r, dtype=np.float64) for r in rounds]
+    if not arrays:
+        raise VerdictError(f"{side}: no rounds")
+    for a in arrays:
+        if a.ndim != 1 or a.size == 0:
+            raise VerdictError(f"{side}: every round needs at least one sample")
+        if not np.all(np.isfinite(a)) or np.any(a <= 0):
+            raise VerdictError(f"{side}: latencies must be positive finite numbers")
+    return arrays
+
+
+def _pooled_median_ratio(eager: list[npt.NDArray[np.float64]],
+                         cand: list[npt.NDArray[np.float64]]) -> float:
+    return float(np.median(np.concatenate(eager)) / np.median(np.concatenate(cand)))
+
+
+def _resampled_speedups(
+    eager: list[npt.NDArray[np.float64]],
+    cand: list[npt.NDArray[np.float64]],
+    rng: np.random.Generator,
+    resamples: int,
+) -> npt.NDArray[np.float64]:
+    """Speedup of each resample: pooled median ratio over rounds drawn with replacement."""
+    n = len(eager)
+    idx = rng.integers(0, n, size=(resamples, n))
+    out = np.empty(resamples, dtype=np.float64)
+    square = len({a.size for a in eager + cand}) == 1
+    if square:
+        e, c = np.stack(eager), np.stack(cand)
+        for start in range(0, resamples, _CHUNK):
+            block = idx[start:start + _CHUNK]
+            me = np.median(e[block].reshape(block.shape[0], -1), axis=1)
+            mc = np.median(c[block].reshape(block.shape[0], -1), axis=1)
+            out[start:start + block.shape[0]] = me / mc
+        return out
+    for i, row in enumerate(idx):
+        out[i] = _pooled_median_ratio([eager[j] for j in row], [cand[j] for j in row])
+    return out
+
+
+def speedup_ratio_ci(
+    new_eager: Rounds,
+    new_candidate: Rounds,
+    baseline: tuple[Rounds, Rounds] | float,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> RatioEstimate:
+    """CI of new speedup / baseline speedup by bootstrap over the rounds of both results.
+
+    `baseline` is either (eager rounds, candidate rounds) of one baseline result, or a
+    fixed reference speedup (a history median), which is then not resampled.
+    """
+    if not 0 < confidence < 1:
+        raise VerdictError(f"confidence: {confidence} must be in (0, 1)")
+    if resamples < 10:
+        raise VerdictError(f"resamples: {resamples} must be at least 10")
+    ne, nc = _rounds_matrix(new_eager, "new eager"), _rounds_matrix(new_candidate, "new candidate")
+    if len(ne) != len(nc):
+        raise VerdictError(f"new result: {len(ne)} eager rounds but {len(nc)} candidate rounds")
+    rng = np.random.default_rng(seed)
+    new_speedup = _pooled_median_ratio(ne, nc)
+    new_boot = _resampled_speedups(ne, nc, rng, resamples)
+    if isinstance(baseline, (int, float)):
+        if not math.isfinite(baseline) or baseline <= 0:
+            raise VerdictError(f"baseline speedup {baseline!r} is not a positive number")
+        base_speedup = float(baseline)
+        base_boot: npt.NDArray[np.float64] | float = base_speedup
+    else:
+        be = _rounds_matrix(baseline[0], "baseline eager")
+        bc = _rounds_matrix(baseline[1], "baseline candidate")
+        if len(be) != len(bc):
+            raise VerdictError(
+                f"baseline result: {len(be)} eager rounds but {len(bc)} candidate rounds")
+        base_speedup = _pooled_median_ratio(be, bc)
+        base_boot = _resampled_speedups(be, bc, rng, resamples)
+    ratios = new_boot / base_boot
+    ratio = new_speedup / base_speedup
+    alpha = (1 - confidence) / 2
+    low, high = (float(q) for q in np.quantile(ratios, [alpha, 1 - alpha]))
+    return RatioEstimate(
+        ratio=ratio,
+        ci_low=min(low, ratio),
+        ci_high=max(high, ratio),
+        confidence=confidence,
+        new_speedup=new_speedup,
+        baseline_speedup=base_speedup,
+    )
+
+
+# ---------------------------------------------------------------------------- verdicts
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def judge_samples(
+    new_eager: Rounds,
+    new_candidate: Rounds,
+    baseline: tuple[Rounds, Rounds] | float,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    baseline_description: str = "the baseline",
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> CellVerdict:
+    """Verdict on raw per-round latencies: regression iff CI upper bound < 1 - threshold."""
+    if not 0 <= threshold < 1:
+        raise VerdictError(f"threshold: {threshold} must be in [0, 1)")
+    est = speedup_ratio_ci(new_eager, new_candidate, baseline, confidence=confidence,
+                           resamples=resamples, seed=seed)
+    words = (
+        f"speedup {est.baseline_speedup:.2f}x -> {est.new_speedup:.2f}x "
+        f"({_pct(est.ratio - 1)}; {confidence:.0%} CI {_pct(est.ci_low - 1)} to "
+        f"{_pct(est.ci_high - 1)}) against {baseline_description}"
+    )
+    limit = f"{threshold:.0%}"
+    if est.ci_high < 1 - threshold:
+        return CellVerdict("regression", (f"{words}: slower by more than {limit}",), est)
+    if est.ci_low > 1 + threshold:
+        return CellVerdict("improvement", (f"{words}: faster by more than {limit}",), est)
+    suspect = est.ratio < 1 - threshold
+    note = (
+        f"{words}: the drop is not certain beyond {limit} (re-measure to confirm)"
+        if suspect else f"{words}: no change beyond {limit}"
+    )
+    return CellVerdict("pass", (note,), est, suspect=suspect)
+
+
+def _accuracy_reason(result: BenchResult, baseline: Baseline | None) -> str | None:
+    acc = result.accuracy
+    if acc is None or acc.passed:
+        return None
+    before = baseline.result.accuracy if baseline and baseline.result else None
+    history = ""
+    if before is not None:
+        history = " (it also failed in the baseline)" if not before.passed else \
+            f" (it passed in the baseline: rel_l2 {before.rel_l2:.2g})"
+    return (f"accuracy: rel_l2 {acc.rel_l2:.2g} against eager exceeds the tolerance "
+            f"{acc.tolerance:.2g}{history}")
+
+
+def judge_cell(
+    result: BenchResult,
+    baseline: Baseline | None,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> CellVerdict:
+    """Verdict of one result document against its baseline (None: first of its series)."""
+    if result.status == "failed":
+        return CellVerdict("error", (f"cell failed: {result.reason or 'no reason given'}",))
+    if result.status == "skipped":
+        return CellVerdict("pass", (f"skipped: {result.reason or 'no reason given'}",))
+    reasons: list[str] = []
+    accuracy = _accuracy_reason(result, baseline)
+    if accuracy:
+        reasons.append(accuracy)
+    speed: CellVerdict | None = None
+    if baseline is None:
+        reasons.append("no baseline yet: nothing to compare the speedup with")
+    elif not result.baseline_samples_ms or not result.candidate_samples_ms:
+        return CellVerdict("error", (*reasons, "result has no raw samples to judge"))
+    else:
+        ref: tuple[Rounds, Rounds] | float = baseline.speedup
+        b = baseline.result
+        if b is not None and b.baseline_samples_ms and b.candidate_samples_ms:
+            ref = (b.baseline_samples_ms, b.candidate_samples_ms)
+        try:
+            speed = judge_samples(
+                result.baseline_samples_ms, result.candidate_samples_ms, ref,
+                threshold=threshold, baseline_description=baseline.description,
+                confidence=confidence, resamples=resamples, seed=seed,
+            )
+        except VerdictError as exc:
+            return CellVerdict("error", (*reasons, f"cannot judge the samples: {exc}"))
+        reasons.extend(speed.reasons)
+    ratio = speed.ratio if speed else None
+    suspect = speed.suspect if speed else False
+    if accuracy or (speed and speed.verdict == "regression"):
+        return CellVerdict("regression", tuple(reasons), ratio, suspect)
+    kind: CellVerdictKind = speed.verdict if speed else "pass"
+    return CellVerdict(kind, tuple(reasons), ratio, suspect)
+
+
+def combine(cells: Mapping[str, CellVerdict]) -> RunVerdict:
+    """Run verdict: regression if any cell regressed, else error if any failed, else pass.
+
+    Reasons are those of the cells that are not ok, each prefixed with its cell's label.
+    """
+    bad = {label: v for label, v in cells.items() if not v.ok}
+    reasons = tuple(f"{label}: {r}" for label, v in bad.items() for r in v.reasons)
+    kinds = {v.verdict for v in bad.values()}
+    if "regression" in kinds:
+        return RunVerdict("regression", reasons)
+    if "error" in kinds:
+        return RunVerdict("error", reasons)
+    return RunVerdict("pass", reasons)
+
+
+# ---------------------------------------------------------------------------- baselines
+
+
+def _usable(point: HistoryPoint) -> bool:
+    return point.result.status == "ok" and point.result.speedup is not None
+
+
+def previous_baseline(history: Sequence[HistoryPoint]) -> Baseline | None:
+    """The latest usable result of the branch's history (oldest first), or None."""
+    for point in reversed(history):
+        if _usable(point):
+            assert point.result.speedup is not None
+            return Baseline("previous", f"the previous run on the branch ({point.revision})",
+                            point.result.speedup.value, point.result)
+    return None
+
+
+def pinned_baseline(point: HistoryPoint) -> Baseline:
+    """A run a person pinned as the reference; refused if it has no speedup."""
+    if not _usable(point):
+        raise VerdictError(f"pinned run {point.revision} has no usable speedup "
+                           f"(status {point.result.status})")
+    assert point.result.speedup is not None
+    return Baseline("pinned", f"the pinned run ({point.revision})",
+                    point.result.speedup.value, point.result)
+
+
+def window_baseline(history: Sequence[HistoryPoint], window: int = 10) -> Baseline | None:
+    """Median speedup of the last `window` usable results: steady against one lucky run."""
+    if window < 1:
+        raise VerdictError(f"window: {window} must be at least 1")
+    values = [p.result.speedup.value for p in history if _usable(p) and p.result.speedup][-window:]
+    if not values:
+        return None
+    return Baseline("window", f"the median of the last {len(values)} runs",
+                    float(np.median(values)))
+
+
+def select_baseline(
+    kind: BaselineKind,
+    history: Sequence[HistoryPoint],
+    *,
+    pinned: HistoryPoint | None = None,
+    window: int = 10,
+) -> Baseline | None:
+    """The project's baseline policy applied to a series' history (oldest first)."""
+    if kind == "previous":
+        return previous_baseline(history)
+    if kind == "pinned":
+        if pinned is None:
+            raise VerdictError("baseline policy 'pinned' needs a pinned run")
+        return pinned_baseline(pinned)
+    if kind == "window":
+        return window_baseline(history, window)
+    raise VerdictError(f"baseline policy {kind!r} is not previous, pinned or window")

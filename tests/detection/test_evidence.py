@@ -1,0 +1,50 @@
+"""The evidence sentence: what changed between two results, readable in five seconds."""
+
+from __future__ import annotations
+
+from app.detection.evidence import evidence_changes, evidence_sentence
+from benchmarks.result import Accuracy, BenchResult, Speedup
+
+
+def doc(*, kernels: int, nodes: dict[str, int], trt: str, compile_s: float,
+        passed: bool = True) -> BenchResult:
+    return BenchResult(
+        series_key="resnet50/torch_tensorrt/tensor/fp16/b1/static/h100",
+        spec={},
+        status="ok",
+        speedup=Speedup(2.0, 1.9, 2.1),
+        evidence={"kernels_per_inference": kernels, "onnx_node_counts": nodes,
+                  "graph_break_reasons": ["x"]},
+        compile_seconds=compile_s,
+        accuracy=Accuracy(rel_l2=1e-4 if passed else 0.3, max_abs=1e-3, tolerance=1e-2,
+                          passed=passed),
+        fingerprint={"packages": {"torch": "2.6.0", "torch-tensorrt": trt}, "gpu": "H100"},
+    )
+
+
+def test_the_sentence_names_fusion_evidence_first_then_versions() -> None:
+    before = doc(kernels=58, nodes={"Conv": 53, "Relu": 49, "Add": 20}, trt="2.6.0",
+                 compile_s=40.0)
+    after = doc(kernels=161, nodes={"Conv": 53, "Relu": 49, "Add": 20, "Identity": 53},
+                trt="2.7.0", compile_s=41.0)
+    assert evidence_sentence(before, after) == (
+        "kernels per inference 58 -> 161; onnx nodes 122 -> 175 (+53 Identity); "
+        "torch-tensorrt 2.6.0 -> 2.7.0"
+    )
+
+
+def test_compile_time_and_accuracy_appear_only_when_they_really_changed() -> None:
+    before = doc(kernels=58, nodes={}, trt="2.6.0", compile_s=40.0)
+    after = doc(kernels=58, nodes={}, trt="2.6.0", compile_s=95.0, passed=False)
+    assert [str(c) for c in evidence_changes(before, after)] == [
+        "compile time 40.0 s -> 95.0 s",
+        "accuracy passed -> failed (rel_l2 0.0001 -> 0.3)",
+    ]
+
+
+def test_identical_results_say_so_and_plain_documents_work_too() -> None:
+    same = doc(kernels=58, nodes={"Conv": 1}, trt="2.6.0", compile_s=40.0)
+    assert evidence_sentence(same, same).startswith("no change")
+    before = {"evidence": {"trt_layer_count": 90}, "fingerprint": {"cuda": "12.4"}}
+    after = {"evidence": {"trt_layer_count": 212}, "fingerprint": {"cuda": "12.6"}}
+    assert evidence_sentence(before, after) == "engine layers 90 -> 212; cuda 12.4 -> 12.6"
