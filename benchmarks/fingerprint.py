@@ -43,7 +43,7 @@ def device_class_from_gpu_name(name: str) -> str:
         model = f"{tokens[0]}-{tokens[1]}"
     else:
         model = tokens[0]
-    return "nvidia-" + re.sub(r"[^a-z0-9.]+", "", model)
+    return "nvidia-" + re.sub(r"[^a-z0-9.\-]+", "", model)
 
 
 def _visible_gpu_index() -> int:
