@@ -1,0 +1,56 @@
+"""The deployment files: docker-compose.yml validates and describes the documented services."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _compose() -> list[str]:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    pytest.skip("docker-compose is not installed (scripts/test installs it with apt-get)")
+
+
+def _config(*args: str, password: str | None = "a-real-secret") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "POSTGRES_PASSWORD"}
+    if password is not None:
+        env["POSTGRES_PASSWORD"] = password
+    return subprocess.run([*_compose(), "-f", str(ROOT / "docker-compose.yml"), "config", *args],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=60,
+                          check=False)
+
+
+def test_compose_file_validates() -> None:
+    proc = _config("-q")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_compose_runs_every_part_with_a_gpu_reserved_for_the_gpu_worker() -> None:
+    proc = _config("--services")
+    assert proc.returncode == 0, proc.stderr
+    assert set(proc.stdout.split()) == {"postgres", "redis", "api", "beat", "worker-cpu",
+                                        "worker-gpu"}
+    import yaml
+
+    config = yaml.safe_load(_config().stdout)
+    services = config["services"]
+    assert "speedwatch migrate" in " ".join(services["api"]["command"])
+    devices = services["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["capabilities"] == ["gpu"] and devices[0]["driver"] == "nvidia"
+    for name in ("api", "beat", "worker-cpu", "worker-gpu"):
+        env = services[name]["environment"]
+        assert env["SPEEDWATCH_EXECUTOR"] == "celery"
+        assert env["SPEEDWATCH_ENVIRONMENT"] == "production"
+
+
+def test_compose_refuses_to_start_without_a_database_password() -> None:
+    proc = _config("-q", password=None)
+    assert proc.returncode != 0
+    assert "POSTGRES_PASSWORD" in proc.stderr

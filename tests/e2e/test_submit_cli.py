@@ -1,0 +1,96 @@
+"""`speedwatch submit` as CI runs it: exit codes and one-line reasons, against a real API."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+
+from app.cli_client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, exit_code_for
+from app.config import Settings
+from app.main import create_app
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def api_url(settings: Settings) -> Iterator[str]:
+    """The real app on a real socket (executor "none": runs are recorded, not measured)."""
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _submit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app.cli", "submit", *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def _basic(url: str, token: str, revision: str = "r1") -> list[str]:
+    return ["--url", url, "--token", token, "--project", "cli", "--revision", revision,
+            "--model", "resnet18", "--width", "8", "--image-size", "32"]
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_a_server_that_cannot_be_reached_is_exit_2_with_one_line() -> None:
+    proc = _submit(*_basic(f"http://127.0.0.1:{_free_port()}", "t0ken"))
+    assert proc.returncode == EXIT_ERROR
+    assert "cannot reach" in _one_line_error(proc)
+
+
+def test_a_refused_pin_is_exit_2_naming_the_field(api_url: str, ci_token: str) -> None:
+    proc = _submit(*_basic(api_url, ci_token), "--pin", "onnxruntime==1.0 --index-url=http://x")
+    assert proc.returncode == EXIT_ERROR
+    line = _one_line_error(proc)
+    assert "HTTP 422" in line and "environment.pins" in line
+
+
+def test_a_bad_token_is_exit_2(api_url: str) -> None:
+    proc = _submit(*_basic(api_url, "not-a-token"))
+    assert proc.returncode == EXIT_ERROR
+    assert "HTTP 401" in _one_line_error(proc)
+
+
+def test_without_wait_a_stored_run_is_exit_0_and_a_retry_finds_the_same_run(
+    api_url: str, ci_token: str
+) -> None:
+    revision = f"retry-{secrets.token_hex(4)}"
+    first = _submit(*_basic(api_url, ci_token, revision), "--pin", "onnxruntime==1.22.0")
+    again = _submit(*_basic(api_url, ci_token, revision), "--pin", "onnxruntime==1.22.0")
+    assert (first.returncode, again.returncode) == (EXIT_PASS, EXIT_PASS), first.stderr
+    assert "(created)" in first.stderr and "(existing)" in again.stderr
+    assert first.stderr.split(" (")[0] == again.stderr.split(" (")[0]  # "run N"
+
+
+def test_verdicts_map_to_ci_exit_codes() -> None:
+    assert exit_code_for({"verdict": "pass"}) == EXIT_PASS == 0
+    assert exit_code_for({"verdict": "regression"}) == EXIT_REGRESSION == 1
+    assert exit_code_for({"verdict": "error"}) == EXIT_ERROR == 2
+    assert exit_code_for({"verdict": None}) == EXIT_ERROR
