@@ -71,16 +71,20 @@ def compile_settings(spec: BenchSpec, accepted: Iterable[str], version: str) -> 
 
 
 def compiled_module_evidence(module: torch.nn.Module) -> dict[str, Any]:
-    """How the graph was partitioned: TensorRT engines vs subgraphs left to PyTorch."""
-    engines = 0
+    """How the graph was partitioned: TensorRT engines vs subgraphs left to PyTorch.
+
+    Torch-TensorRT's partitioner names the children of the compiled GraphModule
+    `_run_on_acc_<i>` (a TensorRT engine) and `_run_on_gpu_<i>` (run by PyTorch).
+    """
+    engines: list[str] = []
     torch_subgraphs = 0
-    for name, sub in module.named_modules():
-        leaf = name.rsplit(".", 1)[-1]
-        if "TensorRTModule" in type(sub).__name__:
-            engines += 1
-        elif leaf.startswith("_run_on_gpu"):
+    for name, child in module.named_children():
+        if name.startswith("_run_on_acc"):
+            engines.append(type(child).__name__)
+        elif name.startswith("_run_on_gpu"):
             torch_subgraphs += 1
-    return {"torch_trt_engines": engines, "torch_trt_torch_subgraphs": torch_subgraphs}
+    return {"torch_trt_engines": len(engines), "torch_trt_torch_subgraphs": torch_subgraphs,
+            "torch_trt_engine_modules": sorted(set(engines))}
 
 
 class TorchTensorRTBackend:

@@ -1,0 +1,492 @@
+"""The TensorRT converter, specified against the recording TensorRT stand-in.
+
+TensorRT cannot be installed here, so these tests check the network our converter builds
+(layers, weight wiring, builder flags, profiles, names) with tests/benchmarks/trt_standin.py
+and evaluate that network numerically against the eager model. Tests marked
+`needs_tensorrt` run the same converter against the real module wherever it imports.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from benchmarks import trt_converter as tc
+from benchmarks.backends import get_backend
+from benchmarks.backends.tensorrt import NOT_INSTALLED, engine_layer_evidence, spec_problem
+from benchmarks.models import CUSTOM_OP_NAME, build_model, example_input
+from benchmarks.spec import BenchSpec
+from tests.benchmarks import trt_standin as si
+
+HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None
+needs_tensorrt = pytest.mark.skipif(not HAS_TENSORRT, reason="tensorrt is not importable here")
+
+
+@functools.cache
+def _built(model: str, width: int, num_classes: int, seed: int) -> nn.Module:
+    return build_model(BenchSpec(model=model, width=width, num_classes=num_classes, seed=seed))
+
+
+def model_for(spec: BenchSpec) -> nn.Module:
+    """model_for(spec), built once per architecture and seed (a copy: tests may cast it)."""
+    return copy.deepcopy(_built(spec.model, spec.width, spec.num_classes, spec.seed))
+
+
+def tiny_spec(**kw: Any) -> BenchSpec:
+    base: dict[str, Any] = dict(model="resnet18", backend="tensorrt", width=8, image_size=32,
+                                batch_size=2, num_classes=10)
+    base.update(kw)
+    return BenchSpec(**base).validate()
+
+
+class BiasedResidual(nn.Module):
+    """Conv with bias, BN, ReLU, a residual add, global pooling, flatten, linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 3, padding=1, bias=True)
+        self.bn1 = nn.BatchNorm2d(6)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(6, 6, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(6)
+        self.pool = nn.AdaptiveAvgPool2d((1, 1))
+        self.flat = nn.Flatten()
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.relu(self.bn2(self.conv2(y)) + y)
+        return self.fc(self.flat(self.pool(y)))
+
+
+def biased_model(seed: int = 0) -> BiasedResidual:
+    torch.manual_seed(seed)
+    model = BiasedResidual()
+    for bn in (model.bn1, model.bn2):  # non-trivial running statistics
+        assert bn.running_mean is not None and bn.running_var is not None
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        nn.init.uniform_(bn.weight, 0.5, 1.5)
+        nn.init.uniform_(bn.bias, -0.2, 0.2)
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def convert(model: nn.Module, spec: BenchSpec, trt: Any = None,
+            shape: tuple[int, ...] = (2, 3, 32, 32)) -> tuple[Any, tc.ConversionReport]:
+    trt = trt or si.TensorRTStandIn()
+    return trt, tc.build_network(trt, model, shape, spec)
+
+
+def layers_of(report: tc.ConversionReport, kind: si.LayerType) -> list[si.ILayer]:
+    return [layer for layer in report.network.layers if layer.kind == kind]
+
+
+def producer_kind(tensor: si.ITensor | None) -> si.LayerType | None:
+    assert tensor is not None
+    return tensor.producer.kind if tensor.producer is not None else None
+
+
+def count(model: nn.Module, cls: type[nn.Module]) -> int:
+    return sum(isinstance(m, cls) for m in model.modules())
+
+
+def run_engine(trt: Any, report: tc.ConversionReport, x: torch.Tensor) -> torch.Tensor:
+    plan = tc.build_plan(trt, report)
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(plan.plan)
+    return engine.evaluate({tc.INPUT_NAME: x})[tc.OUTPUT_NAME]
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+# ------------------------------------------------------------------ weight wiring
+
+
+@pytest.mark.parametrize("weights", ["constant", "refit"])
+def test_constant_weights_are_trt_weights_on_every_conv_and_no_constant_layer_feeds_one(
+    weights: str,
+) -> None:
+    model = model_for(tiny_spec())
+    _, report = convert(model, tiny_spec(weights=weights))
+    convs = layers_of(report, si.LayerType.CONVOLUTION)
+    assert len(convs) == count(model, nn.Conv2d)
+    for conv in convs:
+        assert not conv.weights()["kernel"].is_empty
+        assert conv.set_input_calls == []
+        assert all(producer_kind(t) != si.LayerType.CONSTANT for t in conv.inputs)
+    # BN stays a separate per-channel scale layer: fusing it is TensorRT's job
+    assert len(layers_of(report, si.LayerType.SCALE)) == count(model, nn.BatchNorm2d)
+
+
+def test_constant_conv_bias_is_passed_as_bias_weights() -> None:
+    model = biased_model()
+    _, report = convert(model, tiny_spec(weights="constant"))
+    first = layers_of(report, si.LayerType.CONVOLUTION)[0]
+    assert model.conv1.bias is not None
+    np.testing.assert_array_equal(first.weights()["bias"].numpy(), model.conv1.bias.numpy())
+    assert layers_of(report, si.LayerType.CONVOLUTION)[1].weights()["bias"].is_empty
+
+
+def test_tensor_weights_enter_every_conv_through_set_input_from_constant_layers() -> None:
+    model = biased_model()
+    _, report = convert(model, tiny_spec(weights="tensor"))
+    convs = layers_of(report, si.LayerType.CONVOLUTION)
+    biased = {0}  # conv1 has a bias, conv2 none
+    for i, conv in enumerate(convs):
+        assert conv.weights()["kernel"].is_empty and conv.weights()["bias"].is_empty
+        indices = [index for index, _ in conv.set_input_calls]
+        assert indices == ([1, 2] if i in biased else [1])
+        for _, tensor in conv.set_input_calls:
+            assert producer_kind(tensor) == si.LayerType.CONSTANT
+    kernel = convs[0].inputs[1]
+    assert kernel is not None and kernel.producer is not None
+    np.testing.assert_array_equal(kernel.producer.weights()["weights"].numpy(),
+                                  model.conv1.weight.numpy())
+
+
+def test_tensor_mode_constant_layers_are_one_per_weight_tensor() -> None:
+    model = model_for(tiny_spec())
+    _, report = convert(model, tiny_spec(weights="tensor"))
+    convs = count(model, nn.Conv2d)
+    bns = count(model, nn.BatchNorm2d)
+    conv_biases = sum(m.bias is not None for m in model.modules() if isinstance(m, nn.Conv2d))
+    feeding_convs = [
+        tensor for conv in layers_of(report, si.LayerType.CONVOLUTION)
+        for _, tensor in conv.set_input_calls
+    ]
+    assert len(feeding_convs) == convs + conv_biases
+    # BN: gamma, beta, mean, var, eps as constants (Torch-TensorRT 2.7's pattern);
+    # linear: weight and bias
+    constants = layers_of(report, si.LayerType.CONSTANT)
+    assert len(constants) == convs + conv_biases + 5 * bns + 2
+    assert layers_of(report, si.LayerType.SCALE) == []
+    assert report.evidence()["trt_weight_wiring"]["tensor"] == convs + conv_biases + 4 * bns
+
+
+# ------------------------------------------------------------------ builder configuration
+
+
+def test_refit_sets_the_refit_flag_and_names_every_weight_after_its_layer_uses_it() -> None:
+    model = model_for(tiny_spec())
+    _, report = convert(model, tiny_spec(weights="refit"))
+    assert report.config.get_flag(si.BuilderFlag.REFIT)
+    named = report.network.weight_names
+    assert sorted(named) == sorted(tc.named_weight_values(model))
+    conv = layers_of(report, si.LayerType.CONVOLUTION)[0]
+    assert named["conv1.weight"] is conv.weights()["kernel"]
+
+
+@pytest.mark.parametrize("weights", ["constant", "tensor"])
+def test_only_refit_builds_a_refittable_network(weights: str) -> None:
+    _, report = convert(model_for(tiny_spec()), tiny_spec(weights=weights))
+    assert not report.config.get_flag(si.BuilderFlag.REFIT)
+    assert report.network.weight_names == {}
+
+
+@pytest.mark.parametrize(("precision", "flag"), [("fp16", "FP16"), ("bf16", "BF16")])
+def test_reduced_precision_sets_its_builder_flag_and_casts_at_the_edges(
+    precision: str, flag: str,
+) -> None:
+    _, report = convert(model_for(tiny_spec()), tiny_spec(precision=precision))
+    assert report.config.get_flag(si.BuilderFlag[flag])
+    assert report.builder_flags == [flag]
+    assert not report.network.strongly_typed
+    casts = layers_of(report, si.LayerType.CAST)
+    assert [c.to_type for c in casts] == [si.DataType.FLOAT, report.network.get_input(0)
+                                          ._declared_dtype]
+
+
+def test_fp32_sets_no_precision_flag() -> None:
+    _, report = convert(model_for(tiny_spec()), tiny_spec(precision="fp32"))
+    assert not report.config.get_flag(si.BuilderFlag.FP16)
+    assert not report.config.get_flag(si.BuilderFlag.BF16)
+    assert layers_of(report, si.LayerType.CAST) == []
+
+
+def test_strongly_typed_fp16_carries_fp16_weights_and_no_precision_flag() -> None:
+    spec = tiny_spec(precision="fp16", options={"strongly_typed": True})
+    trt, report = convert(model_for(tiny_spec()).half(), spec)
+    assert report.network.strongly_typed and report.builder_flags == []
+    conv = layers_of(report, si.LayerType.CONVOLUTION)[0]
+    assert conv.weights()["kernel"].dtype == si.DataType.HALF
+    tc.build_plan(trt, report)  # the stand-in refuses mixed types in strongly typed nets
+
+
+def test_tensorrt_11_has_no_weak_typing_so_types_carry_the_precision() -> None:
+    trt = si.TensorRT11StandIn()
+    spec = tiny_spec(precision="bf16", weights="tensor")
+    model = model_for(tiny_spec())
+    _, report = convert(model.to(torch.bfloat16), spec, trt)
+    assert report.typing == "strong"
+    x = example_input(spec)
+    out = run_engine(trt, report, x.to(torch.bfloat16))
+    assert rel_err(out, model.float()(x)) < 0.05
+
+
+def test_dynamic_shape_gets_a_profile_from_one_to_twice_the_batch() -> None:
+    spec = tiny_spec(shape_mode="dynamic", batch_size=4)
+    _, report = convert(model_for(spec), spec, shape=(4, 3, 32, 32))
+    assert report.network.get_input(0)._declared_shape == (-1, 3, 32, 32)
+    (profile,) = report.config.profiles
+    assert profile.get_shape(tc.INPUT_NAME) == [(1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32)]
+    assert report.profile == {"min": [1, 3, 32, 32], "opt": [4, 3, 32, 32],
+                              "max": [8, 3, 32, 32]}
+
+
+def test_static_shape_has_no_profile() -> None:
+    _, report = convert(model_for(tiny_spec()), tiny_spec())
+    assert report.config.profiles == []
+    assert report.network.get_input(0)._declared_shape == (2, 3, 32, 32)
+
+
+def test_optimization_level_and_workspace_come_from_the_options() -> None:
+    spec = tiny_spec(options={"optimization_level": 5, "workspace_mb": 64})
+    _, report = convert(model_for(spec), spec)
+    assert report.config.builder_optimization_level == 5
+    assert report.config.memory_pool_limits[si.MemoryPoolType.WORKSPACE] == 64 << 20
+    assert report.config.profiling_verbosity == si.ProfilingVerbosity.DETAILED
+
+
+def test_default_optimization_level_is_three() -> None:
+    _, report = convert(model_for(tiny_spec()), tiny_spec())
+    assert report.config.builder_optimization_level == 3
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"optimization_level": 7}, "optimization_level"),
+    ({"optimization_level": "3"}, "optimization_level"),
+    ({"fold_bn": "yes"}, "fold_bn"),
+    ({"workspace_mb": 0}, "workspace_mb"),
+])
+def test_bad_options_are_refused_with_their_name(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(tc.ConversionError, match=message):
+        convert(model_for(tiny_spec()), tiny_spec(options=options))
+
+
+def test_timing_cache_is_saved_after_a_build_and_loaded_by_the_next(tmp_path: Path) -> None:
+    cache = tmp_path / "sub" / "trt.cache"
+    spec = tiny_spec(options={"timing_cache": str(cache)})
+    model = model_for(spec)
+    trt, first = convert(model, spec)
+    assert not first.timing_cache_loaded
+    assert tc.build_plan(trt, first).timing_cache_saved
+    saved = cache.read_bytes()
+    trt, second = convert(model, spec)
+    assert second.timing_cache_loaded
+    tc.build_plan(trt, second)
+    assert cache.read_bytes() != saved  # the second build added to the cache it loaded
+
+
+def test_a_failed_build_raises_with_tensorrts_logged_reason() -> None:
+    spec = tiny_spec(precision="fp16", options={"strongly_typed": True})
+    trt, report = convert(model_for(tiny_spec()).half(), spec)
+    report.config.set_flag(trt.BuilderFlag.FP16)  # TensorRT refuses this combination
+    with pytest.raises(tc.ConversionError, match="strongly typed"):
+        tc.build_plan(trt, report)
+
+
+# ------------------------------------------------------------------ arithmetic
+
+
+def test_batchnorm_scale_layer_matches_torch_batchnorm_numerically() -> None:
+    torch.manual_seed(3)
+    bn = nn.BatchNorm2d(5, eps=1e-3).eval().requires_grad_(False)
+    assert bn.running_mean is not None and bn.running_var is not None
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.2, 3)
+    nn.init.uniform_(bn.weight, -2, 2)
+    nn.init.uniform_(bn.bias, -1, 1)
+    _, report = convert(nn.Sequential(bn), tiny_spec(), shape=(2, 5, 4, 4))
+    (scale_layer,) = layers_of(report, si.LayerType.SCALE)
+    assert scale_layer.mode == si.ScaleMode.CHANNEL
+    w = scale_layer.weights()
+    assert w["power"].is_empty  # TensorRT's default power is 1
+    x = torch.randn(2, 5, 4, 4)
+    view = (1, 5, 1, 1)
+    y = (x.numpy() * w["scale"].numpy().reshape(view) + w["shift"].numpy().reshape(view)) ** 1
+    np.testing.assert_allclose(y, bn(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("weights", ["constant", "tensor", "refit"])
+@pytest.mark.parametrize("fold_bn", [False, True])
+def test_network_evaluates_to_the_eager_resnet(weights: str, fold_bn: bool) -> None:
+    spec = tiny_spec(weights=weights, options={"fold_bn": fold_bn})
+    model = model_for(spec)
+    x = example_input(spec)
+    trt, report = convert(model, spec)
+    assert rel_err(run_engine(trt, report, x), model(x)) < 1e-5
+    if fold_bn:
+        assert layers_of(report, si.LayerType.SCALE) == []
+
+
+def test_biased_residual_network_evaluates_to_eager_in_tensor_mode() -> None:
+    model = biased_model()
+    x = torch.randn(2, 3, 32, 32)
+    trt, report = convert(model, tiny_spec(weights="tensor"))
+    assert rel_err(run_engine(trt, report, x), model(x)) < 1e-5
+
+
+def test_dynamic_network_evaluates_at_the_smallest_and_largest_batch() -> None:
+    spec = tiny_spec(shape_mode="dynamic", batch_size=2, weights="tensor")
+    model = model_for(spec)
+    trt, report = convert(model, spec)
+    plan = tc.build_plan(trt, report)
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(plan.plan)
+    for batch in (1, 4):
+        x = torch.randn(batch, 3, 32, 32)
+        out = engine.evaluate({tc.INPUT_NAME: x})[tc.OUTPUT_NAME]
+        assert rel_err(out, model(x)) < 1e-5
+
+
+def test_resnet50_bottlenecks_convert_and_match_eager() -> None:
+    spec = tiny_spec(model="resnet50")
+    model = model_for(spec)
+    x = example_input(spec)
+    trt, report = convert(model, spec)
+    assert report.layer_counts["CONVOLUTION"] == count(model, nn.Conv2d)
+    assert rel_err(run_engine(trt, report, x), model(x)) < 1e-5
+
+
+# ------------------------------------------------------------------ refit
+
+
+def test_refit_swaps_in_another_models_weights_without_a_rebuild() -> None:
+    spec = tiny_spec(weights="refit")
+    first, second = model_for(spec), model_for(tiny_spec(seed=1))
+    x = example_input(spec)
+    trt, report = convert(first, spec)
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
+    refit = tc.refit_engine(trt, engine, second)
+    assert refit == len(report.weight_names) > 0
+    out = engine.evaluate({tc.INPUT_NAME: x})[tc.OUTPUT_NAME]
+    assert rel_err(out, second(x)) < 1e-5
+    assert rel_err(out, first(x)) > 1e-2
+
+
+def test_refit_of_a_non_refittable_engine_fails_clearly() -> None:
+    spec = tiny_spec(weights="constant")
+    model = model_for(spec)
+    trt, report = convert(model, spec)
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
+    with pytest.raises(tc.ConversionError, match="refit"):
+        tc.refit_engine(trt, engine, model)
+
+
+# ------------------------------------------------------------------ what cannot convert
+
+
+def test_custom_op_is_reported_unsupported_by_name() -> None:
+    spec = tiny_spec(model="resnet50-customop")
+    with pytest.raises(tc.UnsupportedOp, match=CUSTOM_OP_NAME) as info:
+        convert(model_for(spec), spec)
+    assert info.value.op == CUSTOM_OP_NAME
+    assert "plugin" in str(info.value)
+
+
+def test_unsupported_module_is_named() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.GELU()).eval()
+    with pytest.raises(tc.UnsupportedOp, match="GELU"):
+        convert(model, tiny_spec(), shape=(2, 3, 8, 8))
+
+
+def test_unsupported_function_is_named() -> None:
+    class Sigmoid(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sigmoid(x)
+
+    with pytest.raises(tc.UnsupportedOp, match="sigmoid"):
+        convert(Sigmoid(), tiny_spec(), shape=(2, 3, 8, 8))
+
+
+# ------------------------------------------------------------------ the stand-in is strict
+
+
+def test_standin_refuses_calls_that_do_not_match_tensorrt_signatures() -> None:
+    trt = si.TensorRTStandIn()
+    network = trt.Builder(trt.Logger()).create_network(0)
+    x = network.add_input("input", trt.float32, (1, 3, 8, 8))
+    kernel = trt.Weights(np.ones((4, 3, 3, 3), np.float32))
+    with pytest.raises(TypeError):
+        network.add_convolution_nd(x, 4, (3, 3), kernel, bias=None, stride=(1, 1))  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        network.add_convolution_nd(x, 4, (3, 3), "weights")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        network.add_activation(x)  # type: ignore[call-arg]
+    layer = network.add_convolution_nd(x, 4, (3, 3), kernel)
+    with pytest.raises(AttributeError):
+        layer.stride = (2, 2)  # TensorRT 10 spells it stride_nd
+    with pytest.raises(AttributeError):
+        _ = trt.add_fully_connected  # removed in TensorRT 10
+
+
+def test_standin_names_weights_only_once_a_layer_uses_them() -> None:
+    trt = si.TensorRTStandIn()
+    network = trt.Builder(trt.Logger()).create_network(0)
+    weights = trt.Weights(np.ones((2, 2), np.float32))
+    assert not network.set_weights_name(weights, "w")
+    network.add_constant((2, 2), weights)
+    assert network.set_weights_name(weights, "w")
+
+
+# ------------------------------------------------------------------ backend surface
+
+
+def test_engine_inspector_evidence_counts_layers_by_type() -> None:
+    spec = tiny_spec()
+    model = model_for(spec)
+    trt, report = convert(model, spec)
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
+    evidence = engine_layer_evidence(trt, engine)
+    # the stand-in does not fuse: its engine has exactly the network's layers
+    assert evidence["trt_layer_count"] == sum(report.layer_counts.values())
+    assert evidence["trt_layers_by_type"]["CONVOLUTION"] == count(model, nn.Conv2d)
+    info = json.loads(engine.create_engine_inspector()
+                      .get_engine_information(trt.LayerInformationFormat.JSON))
+    assert len(info["Layers"]) == evidence["trt_layer_count"]
+
+
+@pytest.mark.skipif(HAS_TENSORRT, reason="tensorrt is importable here")
+def test_backend_says_tensorrt_is_not_installed_here() -> None:
+    spec = tiny_spec(device="cuda")
+    assert get_backend("tensorrt").unavailable_reason(spec) == NOT_INSTALLED
+
+
+@needs_tensorrt
+def test_backend_needs_a_cuda_device() -> None:
+    assert get_backend("tensorrt").unavailable_reason(tiny_spec(device="cpu")) == \
+        "TensorRT needs a CUDA device"
+
+
+@pytest.mark.parametrize(("options", "weights", "message"), [
+    ({"path": "onnx"}, "tensor", "no ONNX-parser form"),
+    ({"path": "plan"}, "constant", "option path"),
+    ({"optimisation_level": 3}, "constant", "unknown tensorrt option"),
+    ({"optimization_level": 9}, "constant", "optimization_level"),
+])
+def test_specs_the_backend_can_never_run_say_why(options: dict[str, Any], weights: str,
+                                                 message: str) -> None:
+    spec = tiny_spec(options=options, weights=weights, device="cuda")
+    problem = spec_problem(spec)
+    assert problem is not None and message in problem
+    assert get_backend("tensorrt").unavailable_reason(spec) == problem
+
+
+@needs_tensorrt
+def test_real_tensorrt_accepts_the_network_our_converter_builds() -> None:
+    import tensorrt as trt
+
+    for weights in ("constant", "tensor", "refit"):
+        spec = tiny_spec(weights=weights)
+        report = tc.build_network(trt, model_for(spec), (2, 3, 32, 32), spec)
+        assert report.network.num_layers == sum(report.layer_counts.values())
