@@ -8,7 +8,9 @@ Concurrency: a cell is locked (SELECT ... FOR UPDATE on PostgreSQL) before its s
 changes, and `finish_run_if_complete` locks the run row before counting cells. Two workers
 finishing the last two cells at once therefore serialise on the run row, and the second one
 (a new statement under READ COMMITTED) sees the first one's committed cell: exactly one of
-them finishes the run. Lock order is always cell, then run.
+them finishes the run. Lock order is always cell, then run. The locks are FOR NO KEY
+UPDATE: inserting a result takes FOR KEY SHARE on its run (foreign key), and a plain FOR
+UPDATE would deadlock two workers that each hold that share lock.
 
 None of these functions commits; the caller's transaction does (see app/services/__init__).
 """
@@ -276,14 +278,14 @@ def _short(exc: BaseException) -> str:
 
 def _lock_cell(session: Session, cell_id: int) -> Cell | None:
     return session.execute(
-        select(Cell).where(Cell.id == cell_id).with_for_update(of=Cell)
+        select(Cell).where(Cell.id == cell_id).with_for_update(of=Cell, key_share=True)
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
 
 
 def _lock_run(session: Session, run_id: int) -> Run | None:
     return session.execute(
-        select(Run).where(Run.id == run_id).with_for_update(of=Run)
+        select(Run).where(Run.id == run_id).with_for_update(of=Run, key_share=True)
         .execution_options(populate_existing=True)
     ).unique().scalar_one_or_none()
 
@@ -359,9 +361,12 @@ def store_result(
     cell.series_key = key
     cell.finished_at = now
     cell.updated_at = now
-    if row.installed_versions:
-        env = run.environment
-        env.installed = {**(env.installed or {}), **row.installed_versions}
+    env = run.environment
+    merged = {**(env.installed or {}), **row.installed_versions}
+    if merged != (env.installed or {}):
+        # Written only when it changes: the row is shared by every run of the environment,
+        # and an UPDATE would hold its lock until this transaction commits.
+        env.installed = merged
     session.flush()
     return row
 
