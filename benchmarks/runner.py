@@ -4,6 +4,22 @@ Owns the order of a measurement (validate, availability, build, reference, compi
 accuracy, timing, statistics, memory, evidence, fingerprint) and the promise that a
 backend problem never escapes as an exception: it becomes a result with status "failed"
 (or "skipped" when the backend cannot run here) and a one-line reason.
+
+What the result holds beyond timing:
+- accuracy: candidate vs the eager fp32 reference (TF32 off); `evidence.baseline_accuracy`
+  is eager at the spec's precision against the same reference, for scale.
+- compile_seconds: `backend.compile` plus the first candidate call (lazy compilers such as
+  torch.compile do their work there); the split is in `evidence.compile`.
+- peak_memory_bytes: on CUDA the allocator peak (`max_memory_allocated`, reset per phase)
+  during "baseline" (build + first inferences), "candidate_compile" and "candidate" (one
+  inference; the baseline's weights are still resident). Memory a backend allocates outside
+  PyTorch (ONNX Runtime, TensorRT) does not show there. On CPU, growth of the process's
+  max RSS over the baseline phase and over compile + first candidate call (max RSS only
+  rises, so "candidate" repeats "candidate_compile").
+- evidence.kernels_per_inference (CUDA): profiler-counted kernels per call, both sides,
+  measured on the plain callables (not CUDA-graph replays).
+- options["threads"] (runner-level): torch intra-op threads for both sides.
+The runner calls the candidate under torch.inference_mode() (first call and timing alike).
 """
 
 from __future__ import annotations
