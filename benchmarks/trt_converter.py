@@ -121,6 +121,7 @@ class ConversionReport:
     weight_wiring: dict[str, str] = field(default_factory=dict)
     weight_names: list[str] = field(default_factory=list)  # names given for refit
     notes: dict[str, Any] = field(default_factory=dict)  # path-specific evidence
+    source_path: str | None = None  # the ONNX file the parser read (kept for refit)
     keepalive: list[Any] = field(default_factory=list)
 
     def evidence(self) -> dict[str, Any]:
@@ -291,9 +292,13 @@ def refit_engine(
     refitter = trt.Refitter(engine, logger)
     keep: list[Any] = []
     count = 0
-    for name in refitter.get_all_weights():
+    engine_names = list(refitter.get_all_weights())
+    if not engine_names:
+        raise ConversionError("refit: the engine has no refittable weights "
+                              "(built without the REFIT flag?)")
+    for name in engine_names:
         if name not in values:
-            raise ConversionError(f"refit: the engine has weights {name!r} the model lacks")
+            continue  # not one of ours; get_missing_weights() says if TensorRT needs it
         weights = _to_weights(trt, values[name], weight_dtype, keep)
         if not refitter.set_named_weights(name, weights):
             raise ConversionError(f"refit: TensorRT refused weights {name!r}")
