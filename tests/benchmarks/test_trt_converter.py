@@ -203,8 +203,8 @@ def test_reduced_precision_sets_its_builder_flag_and_casts_at_the_edges(
     assert report.builder_flags == [flag]
     assert not report.network.strongly_typed
     casts = layers_of(report, si.LayerType.CAST)
-    assert [c.to_type for c in casts] == [si.DataType.FLOAT, report.network.get_input(0)
-                                          ._declared_dtype]
+    io_type = report.network.get_input(0).declared_dtype
+    assert [c.to_type for c in casts] == [si.DataType.FLOAT, io_type]
 
 
 def test_fp32_sets_no_precision_flag() -> None:
@@ -237,7 +237,7 @@ def test_tensorrt_11_has_no_weak_typing_so_types_carry_the_precision() -> None:
 def test_dynamic_shape_gets_a_profile_from_one_to_twice_the_batch() -> None:
     spec = tiny_spec(shape_mode="dynamic", batch_size=4)
     _, report = convert(model_for(spec), spec, shape=(4, 3, 32, 32))
-    assert report.network.get_input(0)._declared_shape == (-1, 3, 32, 32)
+    assert report.network.get_input(0).declared_shape == (-1, 3, 32, 32)
     (profile,) = report.config.profiles
     assert profile.get_shape(tc.INPUT_NAME) == [(1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32)]
     assert report.profile == {"min": [1, 3, 32, 32], "opt": [4, 3, 32, 32],
@@ -247,7 +247,7 @@ def test_dynamic_shape_gets_a_profile_from_one_to_twice_the_batch() -> None:
 def test_static_shape_has_no_profile() -> None:
     _, report = convert(model_for(tiny_spec()), tiny_spec())
     assert report.config.profiles == []
-    assert report.network.get_input(0)._declared_shape == (2, 3, 32, 32)
+    assert report.network.get_input(0).declared_shape == (2, 3, 32, 32)
 
 
 def test_optimization_level_and_workspace_come_from_the_options() -> None:
@@ -482,11 +482,23 @@ def test_specs_the_backend_can_never_run_say_why(options: dict[str, Any], weight
     assert get_backend("tensorrt").unavailable_reason(spec) == problem
 
 
-@needs_tensorrt
-def test_real_tensorrt_accepts_the_network_our_converter_builds() -> None:
-    import tensorrt as trt
+needs_gpu_tensorrt = pytest.mark.skipif(
+    not (HAS_TENSORRT and torch.cuda.is_available()), reason="needs tensorrt and a CUDA GPU")
 
-    for weights in ("constant", "tensor", "refit"):
-        spec = tiny_spec(weights=weights)
-        report = tc.build_network(trt, model_for(spec), (2, 3, 32, 32), spec)
-        assert report.network.num_layers == sum(report.layer_counts.values())
+
+@needs_gpu_tensorrt
+@pytest.mark.parametrize(("weights", "path", "shape_mode"), [
+    ("constant", "network", "static"), ("tensor", "network", "dynamic"),
+    ("refit", "network", "static"), ("constant", "onnx", "static"), ("refit", "onnx", "static"),
+])
+def test_real_tensorrt_engine_matches_eager(weights: str, path: str, shape_mode: str) -> None:
+    spec = tiny_spec(weights=weights, device="cuda", shape_mode=shape_mode,
+                     options={"path": path})
+    model = model_for(spec).cuda()
+    x = example_input(spec).cuda()
+    compiled = get_backend("tensorrt").compile(model, x, spec)
+    with torch.no_grad():
+        assert rel_err(compiled.run(x), model(x)) < 1e-2  # TF32 kernels are allowed
+    assert compiled.evidence["trt_layer_count"] > 0
+    if weights == "refit":
+        assert compiled.evidence["trt_refit_count"] > 0

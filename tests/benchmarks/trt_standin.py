@@ -374,6 +374,16 @@ class ITensor:
         return self in self._network._outputs
 
     @property
+    def declared_shape(self) -> tuple[int, ...]:
+        """Stand-in only: the shape given to add_input (-1: dynamic)."""
+        return self._declared_shape
+
+    @property
+    def declared_dtype(self) -> DataType:
+        """Stand-in only: the type given to add_input."""
+        return self._declared_dtype
+
+    @property
     def producer(self) -> ILayer | None:
         """Stand-in only: the layer whose output this is (None for network inputs)."""
         return self._producer
