@@ -189,6 +189,7 @@ def wait_for_run(
     console = Console(stderr=True)
     deadline = time.monotonic() + timeout_s
     failures = 0
+    last_line = ""
     progress_bar = Progress(
         TextColumn("run {task.fields[run_id]} [bold]{task.fields[status]}[/]"),
         BarColumn(), MofNCompleteColumn(), TextColumn("cells"), TimeElapsedColumn(),
@@ -219,6 +220,10 @@ def wait_for_run(
             p = run.get("progress", {})
             progress_bar.update(task, total=p.get("total") or None,
                                 completed=_finished_count(p), status=run["status"])
+            line = f"run {run['id']} {run['status']}: {_finished_count(p)}/{p.get('total')} cells"
+            if not console.is_terminal and not quiet and line != last_line:
+                console.print(line)  # a CI log gets a line per change instead of a bar
+                last_line = line
     return run
 
 
@@ -363,8 +368,11 @@ def demo(
     ),
     timeout: float = typer.Option(1800.0, help="Seconds to wait for the run."),
 ) -> None:
-    """Benchmark ResNet50 (eager vs ONNX Runtime, constant and tensor weights) on this CPU
-    with the embedded default (SQLite, in-process executor) and serve the results."""
+    """Benchmark ResNet50 on this CPU with the embedded default and serve the results.
+
+    Eager vs ONNX Runtime with constant and tensor weights; SQLite file, in-process
+    executor, no services needed.
+    """
     if not _port_free(host, port):
         raise _fail(f"port {port} on {host} is in use; pass --port")
     data_dir = data_dir.resolve()
