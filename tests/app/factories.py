@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup
 from benchmarks.spec import BenchSpec
 
-TINY = {"width": 8, "image_size": 32}
+TINY: dict[str, Any] = {"width": 8, "image_size": 32}
+
+
+def tiny_spec(**fields: Any) -> BenchSpec:
+    """A ResNet small enough that its series keys stay short and obviously test data."""
+    return BenchSpec(**{"model": "resnet18", "backend": "onnxruntime", **TINY, **fields})
 
 
 def run_request(**overrides: Any) -> dict[str, Any]:
@@ -36,9 +41,9 @@ def bench_result(
     device_class: str = "cpu",
     baseline_ms: float = 3.0,
     accuracy_passed: bool = True,
-    status: str = "ok",
+    status: Literal["ok", "failed", "skipped"] = "ok",
 ) -> BenchResult:
-    spec = spec or BenchSpec(model="resnet18", backend="onnxruntime", **TINY)
+    spec = spec or tiny_spec()
     low, high = ci or (speedup * 0.95, speedup * 1.05)
     candidate_ms = baseline_ms / speedup
     if status != "ok":

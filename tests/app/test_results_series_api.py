@@ -14,8 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Cell, Result, Run
 from app.services import runs as run_service
-from benchmarks.spec import BenchSpec
-from tests.app.factories import TINY, bearer, bench_result, ingest_body, run_request
+from tests.app.factories import bearer, bench_result, ingest_body, run_request, tiny_spec
 
 KEY = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu"
 
@@ -41,7 +40,7 @@ def test_ingest_files_the_result_under_an_ingest_run_and_its_series(
     assert run["environment"]["installed"] == {"onnxruntime": "1.22.0"}
 
     # A second spec at the same revision and environment joins the same ingest run.
-    other = bench_result(BenchSpec(model="resnet18", backend="inductor", **TINY))
+    other = bench_result(tiny_spec(backend="inductor"))
     assert ingest(client, ci_token, ingest_body(other)).json()["run_id"] == stored["run_id"]
 
 
@@ -134,7 +133,7 @@ def test_series_list_filters_by_axes_pages_and_shows_the_latest_point(
     _seed_history(client, ci_token, [1.5, 1.6])
     for backend in ("inductor", "eager"):
         ingest(client, ci_token, ingest_body(
-            bench_result(BenchSpec(model="resnet18", backend=backend, **TINY))))
+            bench_result(tiny_spec(backend=backend))))
 
     everything = client.get("/api/v1/series", headers=bearer(read_token)).json()
     assert [s["backend"] for s in everything["items"]] == ["eager", "inductor", "onnxruntime"]

@@ -1,0 +1,66 @@
+"""Settings: development defaults work out of the box; production refuses unsafe ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import Settings
+from app.db import normalize_database_url
+
+
+@pytest.fixture(autouse=True)
+def _no_speedwatch_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about defaults, so the variables the shared fixtures export go."""
+    import os
+
+    for key in [k for k in os.environ if k.startswith("SPEEDWATCH_")]:
+        monkeypatch.delenv(key)
+
+
+SAFE_PRODUCTION: dict[str, Any] = {
+    "environment": "production",
+    "database_url": "postgresql://speedwatch:s3cr3t-from-vault@db:5432/speedwatch",
+    "executor": "celery",
+}
+
+
+def test_production_with_real_settings_starts() -> None:
+    assert Settings(**SAFE_PRODUCTION).environment == "production"
+
+
+@pytest.mark.parametrize(("override", "reason"), [
+    ({"database_url": "sqlite:///./var/speedwatch.db"}, "SQLite is the embedded default"),
+    ({"database_url": "postgresql://postgres:postgres@db/speedwatch"},
+     "placeholder password 'postgres'"),
+    ({"broker_url": "redis://:changeme@redis:6379/0"}, "broker_url: uses the placeholder"),
+    ({"executor": "local"}, "executor: 'local'"),
+])
+def test_production_refuses_placeholder_and_embedded_settings(
+    override: dict[str, str], reason: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        Settings(**{**SAFE_PRODUCTION, **override})
+    assert reason in str(caught.value)
+
+
+def test_development_accepts_the_embedded_defaults() -> None:
+    settings = Settings(database_url="sqlite:///./var/speedwatch.db")
+    assert settings.executor == "local"
+
+
+def test_devices_route_to_explicit_queues() -> None:
+    settings = Settings(gpu_queues={"cuda": "gpu", "nvidia-h100": "gpu-h100"})
+    assert settings.queue_for_device("cpu") == "cpu"
+    assert settings.queue_for_device("nvidia-h100") == "gpu-h100"
+    assert settings.queue_names() == ["cpu", "gpu", "gpu-h100"]
+    with pytest.raises(KeyError):
+        settings.queue_for_device("tpu")
+
+
+def test_plain_postgresql_urls_use_psycopg3() -> None:
+    assert normalize_database_url("postgresql://u:p%40ss@h:5432/db") == (
+        "postgresql+psycopg://u:p%40ss@h:5432/db")
+    assert normalize_database_url("sqlite:///x.db") == "sqlite:///x.db"
