@@ -232,6 +232,8 @@ def print_run(run: dict[str, Any], url: str | None = None) -> None:
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # a log file has no width; keep series keys whole
     table = Table(title=f"run {run['id']}: {run.get('project')} @ {run.get('revision')}")
     for column in ("series", "status", "speedup [95% CI]", "eager ms", "candidate ms",
                    "accuracy"):
