@@ -11,11 +11,12 @@ What the result holds beyond timing:
 - compile_seconds: `backend.compile` plus the first candidate call (lazy compilers such as
   torch.compile do their work there); the split is in `evidence.compile`.
 - peak_memory_bytes: on CUDA the allocator peak (`max_memory_allocated`, reset per phase)
-  during "baseline" (build + first inferences), "candidate_compile" and "candidate" (one
-  inference; the baseline's weights are still resident). Memory a backend allocates outside
-  PyTorch (ONNX Runtime, TensorRT) does not show there. On CPU, growth of the process's
-  max RSS over the baseline phase and over compile + first candidate call (max RSS only
-  rises, so "candidate" repeats "candidate_compile").
+  during "baseline_build" (build, reference, first inference with cuDNN autotuning),
+  "candidate_compile" (compile + first call), and one steady-state inference of each side,
+  "baseline" and "candidate" (both models' weights are resident then). Memory a backend
+  allocates outside PyTorch (ONNX Runtime, TensorRT) does not show there. On CPU, growth
+  of the process's max RSS over the build phase and over compile + first candidate call;
+  max RSS only rises, so "baseline"/"candidate" repeat those two.
 - evidence.kernels_per_inference (CUDA): profiler-counted kernels per call, both sides,
   measured on the plain callables (not CUDA-graph replays).
 - options["threads"] (runner-level): torch intra-op threads for both sides.
@@ -30,6 +31,7 @@ import datetime as dt
 import resource
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
@@ -86,17 +88,18 @@ def count_kernels(fn: Callable[[], Any], inferences: int = KERNEL_COUNT_INFERENC
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "profiler clears events at the end of each cycle"
         fn()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(inferences):
                 fn()
             torch.cuda.synchronize()
-    kernels = [
-        e for e in prof.events()
-        if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
-    ]
+        kernels = [
+            e for e in prof.events()
+            if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
+        ]
     return len(kernels) / inferences
 
 
@@ -230,7 +233,7 @@ def _measure(
             x = x32.to(dtype)
             with torch.inference_mode():
                 baseline_out = model(x)
-        peak["baseline"] = p_base.value
+        peak["baseline_build"] = p_base.value
         tol = tolerance(spec.precision, spec.device)
         evidence["baseline_accuracy"] = asdict(compare(baseline_out, reference, tol))
         del baseline_out, x32
@@ -262,6 +265,10 @@ def _measure(
         del candidate_out
 
     with _stage("peak memory"):
+        # Steady state, one inference per side, after autotuning and lazy compilation.
+        with _Peak(on_cuda) as p_steady, torch.inference_mode():
+            model(x)
+        peak["baseline"] = p_steady.value if on_cuda else peak["baseline_build"]
         with _Peak(on_cuda) as p_cand, torch.inference_mode():
             compiled.run(x)
         peak["candidate"] = p_cand.value if on_cuda else peak["candidate_compile"]

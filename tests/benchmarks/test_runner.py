@@ -60,7 +60,8 @@ def test_result_carries_compile_time_memory_fingerprint_and_timestamps(
 ) -> None:
     result = run_spec(tiny_spec())
     assert result.compile_seconds is not None and result.compile_seconds >= 0
-    assert set(result.peak_memory_bytes) == {"baseline", "candidate_compile", "candidate"}
+    assert set(result.peak_memory_bytes) == {"baseline_build", "baseline", "candidate_compile",
+                                             "candidate"}
     assert all(v >= 0 for v in result.peak_memory_bytes.values())
     fp = result.fingerprint
     assert fp["device_class"] == "cpu"
