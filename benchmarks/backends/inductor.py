@@ -78,12 +78,15 @@ class InductorBackend:
         dynamic = spec.shape_mode == "dynamic"
 
         # `mode` and `options` cannot both be passed to torch.compile, so the mode's own
-        # options are expanded here and freezing added to them. Unlike a config.patch around
-        # the first call, options travel with the wrapper: a recompile later (a new batch
-        # size, a guard failure) is frozen or not exactly like the first compile.
+        # options are expanded here.
         options: dict[str, Any] = dict(list_mode_options(mode, dynamic))
-        options["freezing"] = freezing
         uses_cudagraphs = bool(options.get("triton.cudagraphs", False))
+        # Freezing is set in the process-wide inductor config, NOT in `options`: measured
+        # on torch 2.13, torch.compile(options={"freezing": True}) still passes every
+        # parameter to the compiled graph as an input (nothing is frozen), while the global
+        # flag bakes them in as constants. Leaving it set is deliberate: one spec is
+        # measured per process, and a later recompile must be frozen like the first.
+        torch._inductor.config.freezing = freezing
 
         torch._dynamo.reset()
         metrics.reset()

@@ -155,3 +155,26 @@ def test_run_spec_measures_inductor_end_to_end(weights: str, single_thread: None
     assert result.evidence["freezing"] is (weights == "constant")
     assert result.evidence["inductor_kernels"] > 0
     assert result.compile_seconds is not None and result.compile_seconds > 0
+
+
+# ---- weights representation: are constants really baked in? ------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("weights", "baked"), [("constant", True), ("tensor", False)])
+def test_constant_weights_are_baked_into_the_program_and_tensor_weights_are_read_per_call(
+    weights: str, baked: bool
+) -> None:
+    """The whole point of `constant`: later edits to the module's weights cannot reach the
+    frozen program, while `tensor` weights are read at every call. (Regression: passing
+    freezing through torch.compile's `options` silently froze nothing on torch 2.13.)"""
+    model = conv_bn_relu()
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    compiled = get_backend("inductor").compile(model, x, inductor_spec(weights=weights))
+    before = compiled.run(x).clone()
+    first_conv = model[0]
+    assert isinstance(first_conv, nn.Conv2d)
+    with torch.no_grad():
+        first_conv.weight.mul_(-1.0)
+    after = compiled.run(x)
+    assert torch.equal(before, after) is baked
