@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.errors import Conflict, InvalidRequest
-from app.models import Cell, Result, Run
+from app.models import Cell, Project, Result, Run
 from app.schemas import ResultIngest
 from app.services.common import (
     canonical_environment,
@@ -47,42 +47,50 @@ def ingest_result(
     result = parse_document(payload)
     spec, key = check_result_document(result)
     environment = canonical_environment(payload.environment, settings)
-    project = get_or_create_project(session, payload.project)
-    env = get_or_create_environment(session, environment)
-    run_key = canonical_hash(
-        {"kind": "ingest", "revision": payload.revision, "environment": env.content_hash}
+    env_hash = canonical_hash(environment)
+    run_key = "ingest:" + canonical_hash(
+        {"kind": "ingest", "revision": payload.revision, "environment": env_hash}
     )
-    run = get_or_create(
-        session,
-        Run,
-        {"project_id": project.id, "idempotency_key": f"ingest:{run_key}"},
-        {
-            "environment_id": env.id, "kind": "ingest", "revision": payload.revision,
-            "branch": payload.branch, "trigger": "ingest", "status": "running",
-            "reasons": [], "request_hash": run_key, "matrix": {},
-        },
-    )
+    run = _find_ingest_run(session, payload.project, run_key)
+    if run is None:
+        project = get_or_create_project(session, payload.project)
+        env = get_or_create_environment(session, environment)
+        run = get_or_create(
+            session,
+            Run,
+            {"project_id": project.id, "idempotency_key": run_key},
+            {
+                "environment_id": env.id, "kind": "ingest", "revision": payload.revision,
+                "branch": payload.branch, "trigger": "ingest", "status": "running",
+                "reasons": [], "request_hash": run_key.removeprefix("ingest:"), "matrix": {},
+            },
+        )
     digest = spec_hash(spec)
     document_hash = canonical_hash(result.to_dict())
-    existing = _existing(session, run.id, digest)
-    if existing is not None:
-        return _replay(existing, document_hash), False
     cell = Cell(
         run_id=run.id, spec=spec.to_dict(), spec_hash=digest, series_key=key,
         queue=INGEST_QUEUE, status=RESULT_TO_CELL_STATUS[result.status], attempts=0,
     )
     try:
         with session.begin_nested():
-            session.add(cell)
-            session.flush()
             stored = store_result(session, run, cell, result, key)
     except IntegrityError:
-        raced = _existing(session, run.id, digest)
-        if raced is None:
+        # Unique (run, spec): this spec already has a result at this revision (a retry, or
+        # a conflicting re-measurement). Cheaper to learn it here than to look first.
+        existing = _existing(session, run.id, digest)
+        if existing is None:
             raise
-        return _replay(raced, document_hash), False
+        return _replay(existing, document_hash), False
     finish_run_if_complete(session, run.id)
     return stored, True
+
+
+def _find_ingest_run(session: Session, project: str, run_key: str) -> Run | None:
+    """The common case in one query: the project's ingest run for this revision exists."""
+    return session.scalars(
+        select(Run).join(Project, Project.id == Run.project_id)
+        .where(Project.name == project, Run.idempotency_key == run_key)
+    ).first()
 
 
 def _existing(session: Session, run_id: int, digest: str) -> Result | None:

@@ -348,19 +348,25 @@ def record_result(session: Session, cell_id: int, result: BenchResult) -> Result
 def store_result(
     session: Session, run: Run, cell: Cell, result: BenchResult, key: str
 ) -> Result:
-    """Insert the result row for a checked document and move the cell to its final status."""
+    """Insert the result row for a checked document and move the cell to its final status.
+
+    `cell` may be new and not yet added (ingest): it is then inserted with its result.
+    """
     series = get_or_create_series(session, key)
-    row = result_row(result)
-    row.cell_id = cell.id
-    row.run_id = run.id
-    row.series_id = series.id
-    session.add(row)
     now = _now()
     cell.status = RESULT_TO_CELL_STATUS[result.status]
     cell.error = None if result.status == "ok" else _clip(result.reason or result.status)
     cell.series_key = key
     cell.finished_at = now
     cell.updated_at = now
+    row = result_row(result)
+    if cell.id is None:
+        row.cell = cell  # a new cell (ingest) and its result go out in one flush
+    else:
+        row.cell_id = cell.id
+    row.run_id = run.id
+    row.series_id = series.id
+    session.add(row)
     env = run.environment
     merged = {**(env.installed or {}), **row.installed_versions}
     if merged != (env.installed or {}):
@@ -465,8 +471,8 @@ def finish_run_if_complete(session: Session, run_id: int) -> bool:
     run.status = "failed" if counts["failed"] else "done"
     run.started_at = run.started_at or now
     run.finished_at = now
-    session.flush()
-    on_run_finished(session, run_id)
+    with session.no_autoflush:  # one UPDATE of the run, after the hook, not two
+        on_run_finished(session, run_id)
     session.flush()
     return True
 
@@ -484,22 +490,25 @@ def on_run_finished(session: Session, run_id: int) -> None:
     run = session.get(Run, run_id)
     if run is None:
         return
+    # Only the columns the verdict needs: a result row carries its raw samples.
     rows = session.execute(
-        select(Cell, Result).outerjoin(Result, Result.cell_id == Cell.id)
+        select(Cell.series_key, Cell.status, Cell.error, Result.accuracy_passed,
+               Result.accuracy_rel_l2, Result.accuracy_tolerance)
+        .outerjoin(Result, Result.cell_id == Cell.id)
         .where(Cell.run_id == run_id).order_by(Cell.id)
     ).all()
     errors: list[str] = []
     notes: list[str] = []
-    for cell, result in rows:
-        if cell.status == "failed":
-            errors.append(f"{cell.series_key}: failed: {(cell.error or 'no reason')[:300]}")
-        elif result is not None and result.accuracy_passed is False:
+    for key, status, error, passed, rel_l2, tolerance in rows:
+        if status == "failed":
+            errors.append(f"{key}: failed: {(error or 'no reason')[:300]}")
+        elif passed is False:
             errors.append(
-                f"{cell.series_key}: accuracy check failed (rel_l2 "
-                f"{result.accuracy_rel_l2:.3g} > tolerance {result.accuracy_tolerance:.3g})"
+                f"{key}: accuracy check failed (rel_l2 {rel_l2:.3g} > tolerance "
+                f"{tolerance:.3g})"
             )
-        elif cell.status == "skipped":
-            notes.append(f"{cell.series_key}: skipped: {(cell.error or 'no reason')[:300]}")
+        elif status == "skipped":
+            notes.append(f"{key}: skipped: {(error or 'no reason')[:300]}")
     run.verdict = "error" if errors else "pass"
     reasons = errors + notes
     if len(reasons) > MAX_REASONS:
