@@ -29,7 +29,7 @@ def inductor_spec(**overrides: Any) -> BenchSpec:
     return make_tiny_spec(**values).validate()
 
 
-def conv_bn_relu() -> nn.Module:
+def conv_bn_relu() -> nn.Sequential:
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
