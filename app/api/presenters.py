@@ -72,21 +72,19 @@ def run_detail(
 
 
 def point_public(point: Point) -> PointPublic:
-    r, run = point.result, point.run
-    assert r.speedup is not None and r.ci_low is not None and r.ci_high is not None
     return PointPublic(
-        result_id=r.id,
-        run_id=run.id,
-        revision=run.revision,
-        branch=run.branch,
-        created_at=r.created_at,
-        speedup=r.speedup,
-        ci_low=r.ci_low,
-        ci_high=r.ci_high,
-        baseline_median_ms=r.baseline_median_ms,
-        candidate_median_ms=r.candidate_median_ms,
-        accuracy_passed=r.accuracy_passed,
-        installed_versions=dict(r.installed_versions or {}),
+        result_id=point.result_id,
+        run_id=point.run_id,
+        revision=point.revision,
+        branch=point.branch,
+        created_at=point.created_at,
+        speedup=point.speedup,
+        ci_low=point.ci_low,
+        ci_high=point.ci_high,
+        baseline_median_ms=point.baseline_median_ms,
+        candidate_median_ms=point.candidate_median_ms,
+        accuracy_passed=point.accuracy_passed,
+        installed_versions=dict(point.installed_versions or {}),
     )
 
 

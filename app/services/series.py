@@ -7,8 +7,10 @@ correlated index probe per series of the page, not a scan of all results.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session, aliased
@@ -30,8 +32,34 @@ class SeriesFilter:
 
 @dataclass(frozen=True)
 class Point:
-    result: Result
-    run: Run
+    """One ok result as a chart needs it; plain values, not ORM objects, because a result
+    row also carries raw samples and fingerprint JSON that a chart of 500 points must not
+    decode."""
+
+    result_id: int
+    run_id: int
+    revision: str
+    branch: str | None
+    created_at: datetime
+    speedup: float
+    ci_low: float
+    ci_high: float
+    baseline_median_ms: float | None
+    candidate_median_ms: float | None
+    accuracy_passed: bool | None
+    installed_versions: dict[str, str]
+
+
+POINT_COLUMNS = (
+    Result.id, Result.run_id, Run.revision, Run.branch, Result.created_at, Result.speedup,
+    Result.ci_low, Result.ci_high, Result.baseline_median_ms, Result.candidate_median_ms,
+    Result.accuracy_passed, Result.installed_versions,
+)
+
+
+def _point(values: Sequence[Any]) -> Point:
+    """A row of POINT_COLUMNS (status 'ok', so the speedup columns are not NULL)."""
+    return Point(*values)
 
 
 def _latest_ok_result_id() -> object:
@@ -65,12 +93,12 @@ def _latest_points(session: Session, series_ids: list[int]) -> dict[int, Point]:
         return {}
     latest_id = _latest_ok_result_id()
     rows = session.execute(
-        select(Series.id, Result, Run)
+        select(Series.id, *POINT_COLUMNS)
         .join(Result, Result.id == latest_id)
         .join(Run, Run.id == Result.run_id)
         .where(Series.id.in_(series_ids))
     ).all()
-    return {series_id: Point(result, run) for series_id, result, run in rows}
+    return {row[0]: _point(row[1:]) for row in rows}
 
 
 def get_series(session: Session, key: str) -> Series:
@@ -89,7 +117,7 @@ def series_points(
 ) -> list[Point]:
     """The newest `limit` ok points (created at or after `since`), returned oldest first."""
     query = (
-        select(Result, Run)
+        select(*POINT_COLUMNS)
         .join(Run, Run.id == Result.run_id)
         .where(Result.series_id == series.id, Result.status == "ok")
     )
@@ -98,7 +126,7 @@ def series_points(
     rows = session.execute(
         query.order_by(Result.created_at.desc(), Result.id.desc()).limit(limit)
     ).all()
-    return [Point(result, run) for result, run in reversed(rows)]
+    return [_point(row) for row in reversed(rows)]
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,18 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from app.api.deps import CiToken, ReadAccess, SessionDep, SettingsDep
 from app.api.presenters import error_responses, run_detail, run_public
 from app.models import Cell, Project, Result, Run
-from app.schemas import RunCreate, RunDetailPublic, RunListPublic, RunSubmittedPublic
+from app.schemas import (
+    ResultSummaryPublic,
+    RunCreate,
+    RunDetailPublic,
+    RunListPublic,
+    RunSubmittedPublic,
+)
 from app.services import runs as run_service
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
@@ -23,6 +29,8 @@ def _detail(session: Session, run: Run) -> RunDetailPublic:
     rows = session.execute(
         select(Cell, Result).outerjoin(Result, Result.cell_id == Cell.id)
         .where(Cell.run_id == run.id).order_by(Cell.id)
+        # the summary only: CI polls this, and a result row also holds its raw samples
+        .options(load_only(*(getattr(Result, f) for f in ResultSummaryPublic.model_fields)))
     ).all()
     cells = [(cell, result) for cell, result in rows]
     counts = run_service.cell_counts(session, run.id)
