@@ -48,24 +48,40 @@ def make_engine(settings: Settings) -> Engine:
         kwargs["max_overflow"] = settings.db_pool_size * 2
         kwargs["pool_timeout"] = settings.db_connect_timeout_seconds
     elif url.get_backend_name() == "sqlite":
-        database = url.database
-        if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        _ensure_sqlite_directory(str(url))
         kwargs["connect_args"] = {
             "check_same_thread": False,
             "timeout": settings.db_connect_timeout_seconds,
         }
     engine = create_engine(url, **kwargs)
     if url.get_backend_name() == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_connect)
+        event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _ensure_sqlite_directory(database_url: str) -> None:
+    """The embedded default lives in ./var/, which a fresh clone does not have yet."""
+    url = make_url(database_url)
+    database = url.database
+    if url.get_backend_name() == "sqlite" and database and database != ":memory:" \
+            and not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # pysqlite opens transactions lazily and not for SAVEPOINT, which breaks the savepoints
+    # the services use for get-or-create; take over transaction control (SQLAlchemy's
+    # documented recipe) and emit BEGIN ourselves in _sqlite_begin.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.close()
+
+
+def _sqlite_begin(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN")
 
 
 def get_engine(settings: Settings | None = None) -> Engine:
@@ -133,6 +149,7 @@ def alembic_config(database_url: str) -> Any:
 def upgrade(database_url: str, revision: str = "head") -> None:
     from alembic import command
 
+    _ensure_sqlite_directory(database_url)
     command.upgrade(alembic_config(database_url), revision)
 
 
