@@ -260,22 +260,25 @@ def main() -> None:
         rng = random.Random(1)
         keys = [s.series_key(DEVICE_CLASS) for s in specs]
 
-        def ingest_calls(prefix: str, n: int) -> list[Callable[[httpx.Client], httpx.Response]]:
-            calls = []
-            for i in range(n):
-                spec = specs[i % len(specs)]
-                body = {"project": "bench", "revision": f"{prefix}-{i // 10}",
-                        "environment": {"interpreter": "bench"},
-                        "result": document(spec, rng).to_dict()}
-                calls.append(lambda c, b=body: c.post("/api/v1/results", json=b))
-            return calls
+        Call = Callable[[httpx.Client], httpx.Response]
 
-        def points_calls(n: int) -> list[Callable[[httpx.Client], httpx.Response]]:
-            return [lambda c, k=rng.choice(keys): c.get(f"/api/v1/series/{k}/points")
-                    for _ in range(n)]
+        def post(body: dict[str, Any]) -> Call:
+            return lambda client: client.post("/api/v1/results", json=body)
 
-        def list_calls(n: int) -> list[Callable[[httpx.Client], httpx.Response]]:
-            return [lambda c: c.get("/api/v1/series?limit=100") for _ in range(n)]
+        def get(path: str) -> Call:
+            return lambda client: client.get(path)
+
+        def ingest_calls(prefix: str, n: int) -> list[Call]:
+            return [post({"project": "bench", "revision": f"{prefix}-{i // 10}",
+                          "environment": {"interpreter": "bench"},
+                          "result": document(specs[i % len(specs)], rng).to_dict()})
+                    for i in range(n)]
+
+        def points_calls(n: int) -> list[Call]:
+            return [get(f"/api/v1/series/{rng.choice(keys)}/points") for _ in range(n)]
+
+        def list_calls(n: int) -> list[Call]:
+            return [get("/api/v1/series?limit=100") for _ in range(n)]
 
         figures = []
         with api_server(dsn) as base:
