@@ -220,8 +220,11 @@ def _measure(
         torch.set_num_threads(int(threads))
     if on_cuda:
         # Best conv algorithms for eager too: the baseline is eager as people deploy it.
-        torch.backends.cudnn.benchmark = True
-        evidence["cudnn_benchmark"] = True
+        # Runner-level option `cudnn_benchmark` (default on): off makes cuDNN pick
+        # algorithms by heuristics instead of timing them in each process.
+        benchmark = str(spec.options.get("cudnn_benchmark", True)).lower() not in ("0", "false")
+        torch.backends.cudnn.benchmark = benchmark
+        evidence["cudnn_benchmark"] = benchmark
 
     with _stage("build"):
         with _Peak(on_cuda) as p_base:

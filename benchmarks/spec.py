@@ -155,7 +155,9 @@ SERIES_KEY_FIELDS = ("model", "backend", "weights", "precision", "batch_size", "
 def parse_series_key(key: str) -> dict[str, str | int]:
     parts = key.split("/")
     if len(parts) != 7 or not parts[4].startswith("bs") or not parts[4][2:].isdigit():
-        raise SpecError(f"series_key: {key!r} is not model/backend/weights/precision/bsN/shape/device")
+        raise SpecError(
+            f"series_key: {key!r} is not model/backend/weights/precision/bsN/shape/device"
+        )
     out: dict[str, str | int] = dict(zip(SERIES_KEY_FIELDS, parts, strict=True))
     out["batch_size"] = int(parts[4][2:])
     return out

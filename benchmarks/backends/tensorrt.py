@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 PATHS = ("network", "onnx")
 # every option this backend understands: its own, the converter's, the ONNX exporter's
 # (path=onnx) and the runner's; anything else is a typo worth refusing
-KNOWN_OPTIONS = frozenset({"path", "exporter", "opset", "threads"})
+KNOWN_OPTIONS = frozenset({"path", "exporter", "opset", "threads", "cudnn_benchmark"})
 NOT_INSTALLED = "tensorrt is not installed (NVIDIA wheels unreachable here)"
 
 

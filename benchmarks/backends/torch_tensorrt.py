@@ -31,7 +31,7 @@ ALIASES = {"timing_cache": "timing_cache_path"}
 DERIVED = ("inputs", "arg_inputs", "enabled_precisions", "immutable_weights",
            "make_refittable", "ir")
 # options the runner reads itself (benchmarks/runner.py), never compiler settings
-RUNNER_OPTIONS = ("threads",)
+RUNNER_OPTIONS = ("threads", "cudnn_benchmark")
 
 
 def _import_torch_tensorrt() -> Any:
