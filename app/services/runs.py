@@ -253,7 +253,7 @@ def enqueue(session: Session, cells: list[tuple[int, str]], settings: Settings) 
     try:
         from workers.dispatch import enqueue_cells
 
-        enqueue_cells(cells)
+        enqueue_cells(cells, settings)
     except Exception as exc:  # broker down, workers not installed: the run is kept anyway
         log.warning("enqueue of %d cells failed: %s", len(cells), exc)
         session.execute(

@@ -222,34 +222,37 @@ def test_list_filters_and_pages_with_a_cursor(
     assert client.get("/api/v1/runs?limit=201", headers=bearer(read_token)).status_code == 422
 
 
-def test_broker_outage_keeps_the_run_and_answers_with_a_warning(
-    settings: Settings, ci_token: str, session: Session, monkeypatch: pytest.MonkeyPatch
+def test_broker_outage_answers_503_keeps_the_run_and_a_retry_sends_its_cells(
+    settings: Settings, ci_token: str, session: Session
 ) -> None:
-    """Stand-in for the broker: an enqueue that fails as workers.dispatch does when Redis is
-    down (the real broker-down path is tested with the workers)."""
-    import workers.dispatch
+    """A real broker that is down (nothing listens on port 1), then a real Redis: the trigger
+    says 503 with the reason, loses nothing, and the retry with the same key sends the cells
+    it never sent."""
+    import uuid
 
-    sent: list[list[tuple[int, str]]] = []
+    from workers.celery_app import celery_for
 
-    def broker_down(cells: list[tuple[int, str]]) -> None:
-        raise workers.dispatch.DispatchError("message broker unavailable (ConnectionError)")
-
-    monkeypatch.setattr(workers.dispatch, "enqueue_cells", broker_down)
-    app = create_app(settings.model_copy(update={"executor": "celery"}))
-    with TestClient(app) as client:
+    queue = f"test-broker-outage-{uuid.uuid4().hex[:8]}"
+    down = settings.model_copy(update={"executor": "celery", "cpu_queue": queue,
+                                       "broker_url": "redis://127.0.0.1:1/0"})
+    with TestClient(create_app(down)) as client:
         response = post_run(client, ci_token, key="retry-me")
-        assert response.status_code == 201
-        run = response.json()
-        assert "message broker unavailable" in run["warning"]
-        assert "reconciler" in run["warning"]
-        assert session.scalar(select(func.count()).select_from(Cell).where(
-            Cell.run_id == run["id"], Cell.enqueued_at.is_(None))) == 2
-
-        # The broker is back: a retry with the same key sends the cells it never sent.
-        monkeypatch.setattr(workers.dispatch, "enqueue_cells", sent.append)
-        again = post_run(client, ci_token, key="retry-me")
-        assert again.status_code == 200 and again.json()["warning"] is None
-    assert sorted(cell_id for cell_id, _ in sent[0]) == sorted(c["id"] for c in run["cells"])
-    session.expire_all()
+    assert response.status_code == 503
+    detail = response.json()["detail"]
+    assert "broker" in detail and "stored" in detail and "Idempotency-Key" in detail
     assert session.scalar(select(func.count()).select_from(Cell).where(
-        Cell.enqueued_at.is_(None))) == 0
+        Cell.enqueued_at.is_(None))) == 2
+
+    up = down.model_copy(update={"broker_url": "redis://127.0.0.1:6379/0"})
+    try:
+        with TestClient(create_app(up)) as client:
+            again = post_run(client, ci_token, key="retry-me")
+        assert again.status_code == 200 and again.json()["warning"] is None
+        session.expire_all()
+        assert session.scalar(select(func.count()).select_from(Cell).where(
+            Cell.enqueued_at.is_(None))) == 0
+        with celery_for(up).connection_for_write() as conn:
+            assert conn.default_channel.client.llen(queue) == 2
+    finally:
+        with celery_for(up).connection_for_write() as conn:
+            conn.default_channel.client.delete(queue)
