@@ -70,6 +70,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=400)
     ap.add_argument("--warm-workers", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--graphs-only", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     models = args.models.split(",")
@@ -91,7 +92,7 @@ def main() -> int:
         rep_dir = args.out / f"run{rep}"
         rep_dir.mkdir(exist_ok=True)
         for m, b, w, g in itertools.product(models, batches, ("constant", "tensor"),
-                                            (True, False)):
+                                            (True,) if args.graphs_only else (True, False)):
             spec = make_spec(m, b, w, g, args.seconds_graphs if g else args.seconds_nographs,
                              args.rounds)
             r = run_isolated(spec, timeout_s=args.timeout, env=env)
