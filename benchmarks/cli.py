@@ -5,6 +5,9 @@ form a cross product, one spec per combination. Each spec runs in its own child 
 default (--isolate): a crash costs one row, and torch.compile variants do not share
 dynamo's cache within one process.
 
+--processes K measures each spec in K child processes, one after another, merged into one
+result whose CI includes the between-process variance (benchmarks.stats.combine_processes).
+
 --json writes a JSON array of result documents, one per spec, in matrix order (each is a
 `BenchResult` document with its `schema_version`).
 
@@ -168,7 +171,10 @@ def register(cli: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Seed of weights, input and bootstrap."),
         isolate: bool = typer.Option(True, "--isolate/--no-isolate",
                                      help="Run each spec in its own child process."),
-        timeout: float = typer.Option(600.0, min=1.0, help="Per-spec timeout with --isolate."),
+        timeout: float = typer.Option(600.0, min=1.0, help="Per-process timeout with --isolate."),
+        processes: int = typer.Option(1, min=1, max=16, help="Independent processes per spec "
+                                      "(with --isolate); the CI then includes the variance "
+                                      "between processes. 3 is the useful minimum."),
         option: list[str] = typer.Option([], "--option", help="Backend option key=value "
                                          "(repeatable; JSON values keep their type)."),
         json_out: Path | None = typer.Option(None, "--json", help="Write results here."),
@@ -180,8 +186,11 @@ def register(cli: typer.Typer) -> None:
             policy = TimingPolicy(
                 warmup_iters=warmup, rounds=rounds, iters_per_round=iters_per_round,
                 max_seconds=max_seconds, min_rounds=min(min_rounds, rounds),
-                cuda_graphs=cuda_graphs, seed=seed,
+                cuda_graphs=cuda_graphs, seed=seed, processes=processes,
             )
+            if processes > 1 and not isolate:
+                raise BadInput("--processes > 1 needs --isolate: repeats inside one process "
+                               "share compile caches and are not independent")
             base = BenchSpec(device=device, width=width, image_size=image_size,
                              num_classes=num_classes, seed=seed, options=parse_options(option),
                              timing=policy)

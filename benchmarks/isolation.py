@@ -8,6 +8,28 @@ and stall the child, and memory stays bounded however much it prints.
 
 This module imports neither torch nor the service: a worker process can supervise
 benchmarks in environments (`python=`) that it does not share.
+
+With `spec.timing.processes = K > 1` the spec is measured in K child processes, one after
+another (never concurrently: they would time each other), each with processes=1 and bootstrap
+seed `timing.seed + j`, and the K results are merged into ONE result (`merge_processes`):
+
+- samples: process 1's rounds, then process 2's, ...; pairing is kept round by round.
+  Summaries are of the pooled samples; the speedup is `stats.combine_processes`, whose CI
+  includes the between-process variance.
+- evidence: process 1's, plus `processes` (one entry per process: its own speedup and CI,
+  rounds, timing and compile seconds, medians) and `ci_method`; `evidence.timing.rounds` and
+  `timing_seconds` are totals over the processes.
+- compile_seconds: process 1's. Later processes may hit compile caches on disk warmed by
+  the first, so theirs is not the cost a single run pays; all are in `evidence.processes`.
+- peak memory: the maximum per phase; accuracy: the process with the largest error.
+- fingerprint: process 1's, with `nvml_start` from process 1 and `nvml_end` from the last;
+  `throttled` if any process saw throttling.
+- The first process that does not end ok ends the cell: the result is that process's
+  status (failed or skipped) with the reason prefixed "process j of K:"; the remaining
+  processes are not run. `timeout_s` applies to each process.
+
+Test-only: spec option `_fault_process` (1-based) keeps `_fault` in that process's spec
+only, so a failure of a later process can be tested for real.
 """
 
 from __future__ import annotations
@@ -20,10 +42,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from benchmarks import fingerprint
-from benchmarks.result import BenchResult, ResultError
+from benchmarks import fingerprint, stats
+from benchmarks.result import Accuracy, BenchResult, ResultError
 from benchmarks.spec import BenchSpec
 
 STDERR_TAIL_BYTES = 4096
@@ -112,11 +136,122 @@ def run_isolated(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
 ) -> BenchResult:
-    """Measure `spec` in a child process; always returns a result, never raises for the child.
+    """Measure `spec` in child processes; always returns a result, never raises for a child.
 
-    `env` is merged over this process's environment (replacing it would drop PATH and the
-    CUDA variables a benchmark needs). On a timeout the whole process group is killed.
+    One child, or `spec.timing.processes` children one after another merged into one result
+    (see the module docstring). `env` is merged over this process's environment (replacing
+    it would drop PATH and the CUDA variables a benchmark needs). On a timeout the whole
+    process group is killed.
     """
+    k = spec.timing.processes
+    if not isinstance(k, int) or k <= 1:
+        return _run_one(spec, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
+    started = time.monotonic()
+    results: list[BenchResult] = []
+    for j in range(k):
+        one = _run_one(process_spec(spec, j), timeout_s=timeout_s, python=python, env=env,
+                       cwd=cwd)
+        if one.status != "ok":
+            one.spec = spec.to_dict()
+            one.reason = f"process {j + 1} of {k}: {one.reason or one.status}"
+            return one
+        results.append(one)
+    try:
+        return merge_processes(spec, results, started_monotonic=started)
+    except (stats.StatsError, ResultError) as exc:
+        return _failed(spec, f"merging {k} processes: {exc}", "", started)
+
+
+def process_spec(spec: BenchSpec, index: int) -> BenchSpec:
+    """The spec child `index` (0-based) measures: one process, its own bootstrap seed."""
+    options = dict(spec.options)
+    fault_process = options.pop("_fault_process", None)
+    if fault_process is not None and fault_process != index + 1:
+        options.pop("_fault", None)
+    return replace(spec, options=options,
+                   timing=replace(spec.timing, processes=1, seed=spec.timing.seed + index))
+
+
+def _worst_accuracy(results: list[BenchResult]) -> Accuracy | None:
+    accs = [r.accuracy for r in results if r.accuracy is not None]
+    return max(accs, key=lambda a: (not a.passed, a.rel_l2)) if accs else None
+
+
+def merge_processes(
+    spec: BenchSpec, results: list[BenchResult], *, started_monotonic: float,
+) -> BenchResult:
+    """One result from the ok results of K processes of `spec` (module docstring: how)."""
+    policy = spec.timing
+    first, last = results[0], results[-1]
+    speedup = stats.combine_processes(
+        [(r.baseline_samples_ms, r.candidate_samples_ms) for r in results],
+        resamples=policy.bootstrap_resamples, seed=policy.seed,
+    )
+    base = [rd for r in results for rd in r.baseline_samples_ms]
+    cand = [rd for r in results for rd in r.candidate_samples_ms]
+    per_process: list[dict[str, Any]] = []
+    for r in results:
+        timing = r.evidence.get("timing", {}) if isinstance(r.evidence, dict) else {}
+        per_process.append({
+            "speedup": r.speedup.value if r.speedup else None,
+            "ci_low": r.speedup.ci_low if r.speedup else None,
+            "ci_high": r.speedup.ci_high if r.speedup else None,
+            "rounds": len(r.baseline_samples_ms),
+            "timing_seconds": timing.get("timing_seconds"),
+            "compile_seconds": r.compile_seconds,
+            "baseline_median_ms": r.baseline.median_ms if r.baseline else None,
+            "candidate_median_ms": r.candidate.median_ms if r.candidate else None,
+        })
+    evidence = dict(first.evidence)
+    if isinstance(evidence.get("timing"), dict):
+        timing = dict(evidence["timing"])
+        timing["rounds"] = len(base)
+        timing["timing_seconds"] = sum(p["timing_seconds"] or 0.0 for p in per_process)
+        evidence["timing"] = timing
+    evidence["processes"] = per_process
+    evidence["ci_method"] = speedup.method
+    fp = dict(first.fingerprint)
+    if "nvml_end" in last.fingerprint:
+        fp["nvml_end"] = last.fingerprint["nvml_end"]
+    throttled = [r.fingerprint["throttled"] for r in results if "throttled" in r.fingerprint]
+    if throttled:
+        fp["throttled"] = any(throttled)
+    peak: dict[str, int] = {}
+    for r in results:
+        for key, value in r.peak_memory_bytes.items():
+            peak[key] = max(peak.get(key, 0), value)
+    reasons = [f"process {j + 1}: {r.reason}" for j, r in enumerate(results) if r.reason]
+    merged = BenchResult(
+        series_key=first.series_key,
+        spec=spec.to_dict(),
+        status="ok",
+        reason="; ".join(reasons) or None,
+        baseline_samples_ms=base,
+        candidate_samples_ms=cand,
+        baseline=stats.summary(base),
+        candidate=stats.summary(cand),
+        speedup=speedup,
+        accuracy=_worst_accuracy(results),
+        compile_seconds=first.compile_seconds,
+        peak_memory_bytes=peak,
+        evidence=evidence,
+        fingerprint=fp,
+        started_at=first.started_at,
+        finished_at=last.finished_at,
+        duration_seconds=time.monotonic() - started_monotonic,
+    )
+    merged.check()
+    return merged
+
+
+def _run_one(
+    spec: BenchSpec,
+    *,
+    timeout_s: float,
+    python: str,
+    env: dict[str, str] | None,
+    cwd: str | None,
+) -> BenchResult:
     started = time.monotonic()
     child_env = dict(os.environ)
     if env:

@@ -151,6 +151,13 @@ def run_spec(spec: BenchSpec) -> BenchResult:
     except SpecError as exc:
         return _failed_or_skipped(spec, "failed", f"invalid spec: {exc}",
                                   "cuda" if spec.device == "cuda" else "cpu", started, t0)
+    if spec.timing.processes > 1:
+        # Repeats inside one process share dynamo's cache, cuDNN's choices and the allocator:
+        # they are not the independent processes the combined CI assumes.
+        return _failed_or_skipped(
+            spec, "failed", f"timing.processes={spec.timing.processes}: processes > 1 needs "
+            "isolation (run_isolated or `speedwatch bench --isolate`)",
+            "cuda" if spec.device == "cuda" else "cpu", started, t0)
     if spec.device == "cuda" and not torch.cuda.is_available():
         return _failed_or_skipped(spec, "skipped", "CUDA is not available here", "cuda",
                                   started, t0)

@@ -42,6 +42,10 @@ class TimingPolicy:
     cuda_graphs: bool = False
     bootstrap_resamples: int = 2000
     seed: int = 0
+    # Independent processes that each measure the whole policy (rounds, max_seconds), run one
+    # after another by `run_isolated`; the CI then includes the between-process variance
+    # (stats.combine_processes), which one process cannot see. 1 = today's single process.
+    processes: int = 1
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class BenchSpec:
             ("batch_size", self.batch_size, 1, 1024),
             ("image_size", self.image_size, 32, 1024),
             ("width", self.width, 4, 256),
+            ("timing.processes", self.timing.processes, 1, 16),
         ]:
             if not isinstance(value, int) or not lo <= value <= hi:
                 raise SpecError(f"{name}: {value!r} must be an integer in [{lo}, {hi}]")

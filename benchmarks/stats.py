@@ -12,6 +12,34 @@ comes from a bootstrap that resamples whole ROUNDS, the same round indices for b
 - The statistic inside the bootstrap is the same one reported (ratio of medians of the
   pooled samples of the drawn rounds), so the interval is an interval of the number shown,
   and `speedup.value == baseline.median_ms / candidate.median_ms` holds exactly.
+
+Several processes (`combine_processes`). A round bootstrap sees only the noise WITHIN one
+process. Between processes there is more: cuDNN's algorithm choice, memory placement and
+compiled code differ per process and shift a whole process's speedup at once, so the CIs of
+two independent processes often exclude each other. Measuring a cell in k processes and
+treating the process as the top-level unit fixes that. The interval is a variance-components
+interval on the log scale:
+
+    var = between / k + within / k,   half-width = t(1 - alpha/2, k - 1) * sqrt(var)
+
+- `between` is the sample variance (k - 1 degrees of freedom) of the per-process log
+  speedups. On its own, `between / k` already estimates the variance of the mean log speedup
+  (it contains within-process noise too), but with k = 3 it rests on two degrees of
+  freedom and is small by luck often enough; k processes that happen to agree must not
+  produce a CI narrower than the processes' own measurement noise allows.
+- `within` is the mean over processes of each process's paired round-bootstrap variance of
+  the log speedup. Adding `within / k` is that floor; it is deliberately conservative (it
+  counts within-process noise twice in expectation, at most a factor sqrt(2) on the width).
+- Student t with k - 1 degrees of freedom, not the normal: with so few top-level units the
+  uncertainty of the variance estimate itself matters (t is 4.30 for k = 3, 12.7 for k = 2,
+  so k = 3 is the practical minimum).
+- Why not a two-level bootstrap (resample processes, then rounds within them): with k = 3
+  there are only 10 distinct process resamples, and the percentile bootstrap of a mean of
+  k units is known to under-cover badly for small k (its width behaves like a normal
+  interval with variance (k-1)/k * s^2/k), i.e. it is too narrow exactly where it matters.
+- The interval is centred on the reported value (ratio of the medians of all processes'
+  samples pooled, the same definition as for one process), so it always contains it.
+For k = 1 the function returns exactly `speedup_ci` of that process.
 """
 
 from __future__ import annotations
@@ -20,6 +48,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+from scipy import stats as _scipy_stats
 
 from benchmarks.result import LatencySummary, Speedup
 
@@ -95,6 +124,32 @@ def _resampled_medians(
     return np.asarray([np.median(np.concatenate([data[i] for i in row])) for row in idx])
 
 
+def _check_args(resamples: int, confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise StatsError(f"confidence: {confidence!r} must be in (0, 1)")
+    if resamples < 1:
+        raise StatsError(f"resamples: {resamples!r} must be positive")
+
+
+def _bootstrap_ratios(
+    baseline_rounds: Rounds, candidate_rounds: Rounds, resamples: int, seed: int,
+) -> tuple[float, npt.NDArray[np.float64]]:
+    """The point speedup and its paired round-bootstrap replicates."""
+    if len(baseline_rounds) != len(candidate_rounds):
+        raise StatsError(
+            f"paired rounds differ in number: baseline {len(baseline_rounds)}, "
+            f"candidate {len(candidate_rounds)}"
+        )
+    base = _as_matrix(baseline_rounds, "baseline")
+    cand = _as_matrix(candidate_rounds, "candidate")
+    value = float(np.median(_pooled(baseline_rounds)) / np.median(_pooled(candidate_rounds)))
+    n_rounds = len(baseline_rounds)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n_rounds, size=(resamples, n_rounds))
+    ratios = _resampled_medians(base, idx) / _resampled_medians(cand, idx)
+    return value, np.asarray(ratios, dtype=np.float64)
+
+
 def speedup_ci(
     baseline_rounds: Rounds,
     candidate_rounds: Rounds,
@@ -109,22 +164,8 @@ def speedup_ci(
     miss by a hair with very few rounds); a CI that excludes its own estimate would be
     rejected by `BenchResult.check` and means nothing to a reader.
     """
-    if len(baseline_rounds) != len(candidate_rounds):
-        raise StatsError(
-            f"paired rounds differ in number: baseline {len(baseline_rounds)}, "
-            f"candidate {len(candidate_rounds)}"
-        )
-    if not 0 < confidence < 1:
-        raise StatsError(f"confidence: {confidence!r} must be in (0, 1)")
-    if resamples < 1:
-        raise StatsError(f"resamples: {resamples!r} must be positive")
-    base = _as_matrix(baseline_rounds, "baseline")
-    cand = _as_matrix(candidate_rounds, "candidate")
-    value = float(np.median(_pooled(baseline_rounds)) / np.median(_pooled(candidate_rounds)))
-    n_rounds = len(baseline_rounds)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n_rounds, size=(resamples, n_rounds))
-    ratios = _resampled_medians(base, idx) / _resampled_medians(cand, idx)
+    _check_args(resamples, confidence)
+    value, ratios = _bootstrap_ratios(baseline_rounds, candidate_rounds, resamples, seed)
     alpha = (1 - confidence) / 2
     low, high = np.quantile(ratios, [alpha, 1 - alpha])
     return Speedup(
@@ -133,4 +174,51 @@ def speedup_ci(
         ci_high=float(max(high, value)),
         confidence=confidence,
         method="paired-round-bootstrap",
+    )
+
+
+PROCESSES_METHOD = "processes-variance-components"
+
+
+def combine_processes(
+    per_process: Sequence[tuple[Rounds, Rounds]],
+    *,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Speedup:
+    """One speedup from k independent processes' paired rounds (baseline, candidate).
+
+    Process j's bootstrap uses seed + j, the seed its own child used for its own CI, so the
+    first process alone reproduces a single-process run. See the module docstring for why
+    the interval is t-based variance components rather than a two-level bootstrap.
+    """
+    _check_args(resamples, confidence)
+    k = len(per_process)
+    if k == 0:
+        raise StatsError("no processes")
+    if k == 1:
+        base, cand = per_process[0]
+        return speedup_ci(base, cand, resamples=resamples, confidence=confidence, seed=seed)
+    logs, within = [], []
+    for j, (base, cand) in enumerate(per_process):
+        try:
+            value_j, ratios = _bootstrap_ratios(base, cand, resamples, seed + j)
+        except StatsError as exc:
+            raise StatsError(f"process {j + 1}: {exc}") from None
+        logs.append(np.log(value_j))
+        within.append(float(np.var(np.log(ratios), ddof=1)) if resamples > 1 else 0.0)
+    value = float(
+        np.median(_pooled([r for b, _ in per_process for r in b]))
+        / np.median(_pooled([r for _, c in per_process for r in c]))
+    )
+    between = float(np.var(logs, ddof=1))
+    t = float(_scipy_stats.t.ppf(1 - (1 - confidence) / 2, k - 1))
+    half = t * float(np.sqrt(between / k + float(np.mean(within)) / k))
+    return Speedup(
+        value=value,
+        ci_low=float(value * np.exp(-half)),
+        ci_high=float(value * np.exp(half)),
+        confidence=confidence,
+        method=PROCESSES_METHOD,
     )

@@ -7,6 +7,9 @@ wrappers of one module share dynamo's cache, so variants must not share a proces
 
     PYTHONPATH=. python3 -m benchmarks.scripts.gpu_suite --out /tmp/gpu --repeats 2
 
+With `--processes 3` every cell is measured in 3 processes merged into one result whose CI
+includes the between-process variance; the repeats then check whether two such results agree.
+
 Compile caches are warmed first by compiling every distinct variant in parallel processes,
 so the timed runs spend their time timing instead of compiling.
 """
@@ -29,12 +32,13 @@ from benchmarks.spec import BenchSpec, TimingPolicy
 
 
 def make_spec(model: str, batch: int, weights: str, graphs: bool, seconds: float,
-              rounds: int) -> BenchSpec:
+              rounds: int, processes: int = 1) -> BenchSpec:
     return BenchSpec(
         model=model, backend="inductor", weights=weights, precision="fp16",
         batch_size=batch, device="cuda",
         timing=TimingPolicy(warmup_iters=20, rounds=rounds, iters_per_round=20,
-                            max_seconds=seconds, min_rounds=10, cuda_graphs=graphs),
+                            max_seconds=seconds, min_rounds=10, cuda_graphs=graphs,
+                            processes=processes),
     ).validate()
 
 
@@ -71,6 +75,9 @@ def main() -> int:
     ap.add_argument("--warm-workers", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--graphs-only", action="store_true")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="processes per cell, merged into one result (TimingPolicy.processes); "
+                         "--seconds-* then apply to each process")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     models = args.models.split(",")
@@ -94,7 +101,7 @@ def main() -> int:
         for m, b, w, g in itertools.product(models, batches, ("constant", "tensor"),
                                             (True,) if args.graphs_only else (True, False)):
             spec = make_spec(m, b, w, g, args.seconds_graphs if g else args.seconds_nographs,
-                             args.rounds)
+                             args.rounds, args.processes)
             r = run_isolated(spec, timeout_s=args.timeout, env=env)
             (rep_dir / f"{slug(spec)}.json").write_text(r.to_json(indent=1))
             print(f"run{rep}", describe(r), flush=True)
