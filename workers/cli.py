@@ -27,7 +27,6 @@ def worker(
 ) -> None:
     """Start a Celery worker that runs benchmark cells from the given queues."""
     from app.config import get_settings
-
     from workers.celery_app import celery_app, queue_names
 
     settings = get_settings()
