@@ -42,6 +42,10 @@ CELL_TERMINAL = ("done", "failed", "skipped")
 RESULT_STATUSES = ("ok", "failed", "skipped")
 TOKEN_SCOPES = ("read", "ci", "admin")
 RUN_KINDS = ("triggered", "ingest")
+REGRESSION_STATUSES = ("open", "acknowledged", "resolved")
+REGRESSION_ACTIVE = ("open", "acknowledged")
+DELIVERY_STATUSES = ("pending", "delivered", "failed")
+WEBHOOK_KINDS = ("json", "slack")
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -94,6 +98,8 @@ class Project(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
+    # Detection policy (app.services.detection.DetectionPolicy); NULL means the defaults.
+    detection: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -298,3 +304,75 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Regression(Base):
+    """A speedup drop (or accuracy loss) in one series, from the run that showed it until the
+    series recovers against the same baseline.
+
+    At most one regression per series is active (open or acknowledged): a partial unique
+    index says so, so two runs finishing at once cannot open two.
+    """
+
+    __tablename__ = "regressions"
+    __table_args__ = (
+        Index("ix_regressions_one_active_per_series", "series_id", unique=True,
+              postgresql_where="status IN ('open', 'acknowledged')",
+              sqlite_where="status IN ('open', 'acknowledged')"),
+        Index("ix_regressions_project_id_status", "project_id", "status"),
+        Index("ix_regressions_status", "status"),
+        CheckConstraint(_in("status", REGRESSION_STATUSES), name="status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    series_id: Mapped[int] = mapped_column(ForeignKey("series.id", ondelete="CASCADE"))
+    opened_by_run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    opened_by_result_id: Mapped[int] = mapped_column(
+        ForeignKey("results.id", ondelete="CASCADE"), unique=True)
+    baseline_result_id: Mapped[int | None] = mapped_column(
+        ForeignKey("results.id", ondelete="SET NULL"))
+    baseline_kind: Mapped[str] = mapped_column(String(16))
+    baseline_description: Mapped[str] = mapped_column(Text)
+    baseline_speedup: Mapped[float | None] = mapped_column(Float)
+    threshold: Mapped[float] = mapped_column(Float)
+    resolved_by_result_id: Mapped[int | None] = mapped_column(
+        ForeignKey("results.id", ondelete="SET NULL"))
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    # relative speedup change (new / baseline - 1); NULL for an accuracy-only regression
+    magnitude: Mapped[float | None] = mapped_column(Float)
+    evidence: Mapped[str] = mapped_column(Text, default="")
+    reasons: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    acknowledged_by: Mapped[str | None] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    project: Mapped[Project] = relationship(lazy="joined", innerjoin=True)
+    series: Mapped[Series] = relationship(lazy="joined", innerjoin=True)
+
+
+class WebhookDelivery(Base):
+    """One notification of one regression event to one webhook, with its last attempt."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_regression_id", "regression_id"),
+        CheckConstraint(_in("status", DELIVERY_STATUSES), name="status"),
+        CheckConstraint(_in("kind", WEBHOOK_KINDS), name="kind"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    regression_id: Mapped[int] = mapped_column(ForeignKey("regressions.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(32))  # "opened" | "resolved"
+    url: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    # every attempt: {"attempt", "at", "status_code", "error"}
+    attempts_log: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)

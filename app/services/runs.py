@@ -477,43 +477,23 @@ def finish_run_if_complete(session: Session, run_id: int) -> bool:
     return True
 
 
-# ---- the hook detection will take over -----------------------------------------------------
+# ---- the verdict ---------------------------------------------------------------------------
+
+PENDING_EVENTS = "speedwatch_regression_events"
+
 
 def on_run_finished(session: Session, run_id: int) -> None:
     """Decide the run's verdict and reasons once its cells are all finished.
 
-    HOOK FOR DETECTION: app.detection replaces this provisional body with the comparison of
-    each cell against its series' history (verdict "regression" with reasons). Until then:
-    "error" if any cell failed or any result failed its accuracy check, else "pass".
-    Skipped cells (backend not available here) are reported but do not fail the run.
+    Each cell is judged against its series' baseline (app.services.detection); regressions
+    open and resolve here. Their events wait in `session.info` until the caller commits, so
+    a notification never announces something a rollback took back.
     """
-    run = session.get(Run, run_id)
-    if run is None:
-        return
-    # Only the columns the verdict needs: a result row carries its raw samples.
-    rows = session.execute(
-        select(Cell.series_key, Cell.status, Cell.error, Result.accuracy_passed,
-               Result.accuracy_rel_l2, Result.accuracy_tolerance)
-        .outerjoin(Result, Result.cell_id == Cell.id)
-        .where(Cell.run_id == run_id).order_by(Cell.id)
-    ).all()
-    errors: list[str] = []
-    notes: list[str] = []
-    for key, status, error, passed, rel_l2, tolerance in rows:
-        if status == "failed":
-            errors.append(f"{key}: failed: {(error or 'no reason')[:300]}")
-        elif passed is False:
-            errors.append(
-                f"{key}: accuracy check failed (rel_l2 {rel_l2:.3g} > tolerance "
-                f"{tolerance:.3g})"
-            )
-        elif status == "skipped":
-            notes.append(f"{key}: skipped: {(error or 'no reason')[:300]}")
-    run.verdict = "error" if errors else "pass"
-    reasons = errors + notes
-    if len(reasons) > MAX_REASONS:
-        reasons = [*reasons[: MAX_REASONS - 1], f"... and {len(reasons) - MAX_REASONS + 1} more"]
-    run.reasons = reasons
+    from app.services.detection import judge_run
+
+    events = judge_run(session, run_id)
+    if events:
+        session.info.setdefault(PENDING_EVENTS, []).extend(events)
 
 
 def get_run(session: Session, run_id: int) -> Run:

@@ -19,7 +19,8 @@ from app.cli import cli
 from app.db import downgrade, normalize_database_url, upgrade
 from app.models import Base
 
-TABLES = {"projects", "environments", "runs", "cells", "series", "results", "api_tokens"}
+TABLES = {"projects", "environments", "runs", "cells", "series", "results", "api_tokens",
+          "regressions", "webhook_deliveries"}
 
 
 @pytest.fixture

@@ -1,0 +1,297 @@
+"""Detection wired to the store: each finished run's cells judged against their series'
+baseline, regressions opened and auto-resolved, the run's verdict and reasons written.
+
+The statistics live in app.detection (pure functions); this module only chooses what to
+compare, following the project's policy (`projects.detection`, see DetectionPolicy):
+
+- baseline "previous" (default): the latest earlier ok result of the series from a run of
+  the same project on the same branch;
+- "pinned": the series' result in the run a person pinned (`pinned_run_id`);
+- "window": the median speedup of the last `window` earlier ok results on the branch.
+
+A cell judged "regression" opens a regression for its series unless one is already active
+(open or acknowledged; a partial unique index guarantees at most one). An active regression
+is resolved when a later result of the series, judged against the regression's own baseline
+(the pre-regression reference, not the regressed result), is no longer a regression.
+
+Called inside the caller's transaction; flushes, never commits. The events it returns
+(regressions opened or resolved) are for the caller to notify AFTER its commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.detection.evidence import evidence_sentence
+from app.detection.verdict import (
+    DEFAULT_THRESHOLD,
+    Baseline,
+    BaselineKind,
+    CellVerdict,
+    HistoryPoint,
+    VerdictError,
+    combine,
+    judge_cell,
+    select_baseline,
+)
+from app.models import REGRESSION_ACTIVE, Cell, Project, Regression, Result, Run
+from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup
+
+log = logging.getLogger(__name__)
+
+MAX_REASONS = 50
+
+
+class DetectionPolicy(BaseModel):
+    """A project's detection settings, stored as JSON on the project (NULL: these defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    baseline: BaselineKind = "previous"
+    threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, lt=1)
+    window: int = Field(default=10, ge=1, le=1000)
+    pinned_run_id: int | None = None
+
+
+def project_policy(project: Project) -> DetectionPolicy:
+    """The stored policy, or the defaults (with a log line) if it is missing or invalid."""
+    if not project.detection:
+        return DetectionPolicy()
+    try:
+        return DetectionPolicy.model_validate(project.detection)
+    except ValidationError as exc:
+        log.warning("project %s: invalid detection policy, using defaults: %s",
+                    project.name, exc.errors()[0].get("msg"))
+        return DetectionPolicy()
+
+
+@dataclass(frozen=True)
+class RegressionEvent:
+    """A regression that opened or resolved in this transaction (notify after commit)."""
+
+    regression_id: int
+    event: Literal["opened", "resolved"]
+
+
+# ---- documents from rows ---------------------------------------------------------------------
+
+def result_document(row: Result, series_key: str, spec: dict[str, Any]) -> BenchResult:
+    """The BenchResult a stored row came from (everything the verdict and evidence read)."""
+    def summary(prefix: str) -> LatencySummary | None:
+        median = getattr(row, f"{prefix}_median_ms")
+        if median is None:
+            return None
+        return LatencySummary(
+            n=row.samples_per_side or 0, median_ms=median,
+            iqr_ms=getattr(row, f"{prefix}_iqr_ms") or 0.0,
+            p05_ms=getattr(row, f"{prefix}_p05_ms") or median,
+            p95_ms=getattr(row, f"{prefix}_p95_ms") or median,
+            mean_ms=getattr(row, f"{prefix}_mean_ms") or median,
+        )
+
+    speedup = None
+    if row.speedup is not None and row.ci_low is not None and row.ci_high is not None:
+        speedup = Speedup(row.speedup, row.ci_low, row.ci_high,
+                          row.ci_confidence or 0.95, row.ci_method or "unknown")
+    accuracy = None
+    if row.accuracy_passed is not None:
+        accuracy = Accuracy(row.accuracy_rel_l2 or 0.0, row.accuracy_max_abs or 0.0,
+                            row.accuracy_tolerance or 0.0, row.accuracy_passed)
+    return BenchResult(
+        series_key=series_key, spec=spec,
+        status=row.status,  # type: ignore[arg-type]  # CHECK-constrained
+        reason=row.reason, schema_version=row.schema_version,
+        baseline_samples_ms=row.baseline_samples_ms or [],
+        candidate_samples_ms=row.candidate_samples_ms or [],
+        baseline=summary("baseline"), candidate=summary("candidate"),
+        speedup=speedup, accuracy=accuracy, compile_seconds=row.compile_seconds,
+        peak_memory_bytes=row.peak_memory_bytes or {}, evidence=row.evidence or {},
+        fingerprint=row.fingerprint or {},
+    )
+
+
+def _point(session: Session, row: Result) -> HistoryPoint:
+    cell = session.get(Cell, row.cell_id)
+    run = session.get(Run, row.run_id)
+    assert cell is not None and run is not None
+    return HistoryPoint(run.revision, result_document(row, cell.series_key, cell.spec))
+
+
+# ---- baselines ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ChosenBaseline:
+    baseline: Baseline | None
+    result_id: int | None  # the baseline's result row, when it is one result
+
+
+def choose_baseline(
+    session: Session, run: Run, row: Result, policy: DetectionPolicy
+) -> ChosenBaseline:
+    """The baseline of `row` under the project's policy (None inside: first of its series)."""
+    if policy.baseline == "pinned":
+        if policy.pinned_run_id is None:
+            raise VerdictError("baseline policy 'pinned' but no pinned_run_id is set")
+        pinned = session.scalars(
+            select(Result).where(Result.run_id == policy.pinned_run_id,
+                                 Result.series_id == row.series_id)
+        ).first()
+        if pinned is None:
+            raise VerdictError(
+                f"the pinned run {policy.pinned_run_id} has no result in this series")
+        if pinned.id == row.id:
+            return ChosenBaseline(None, None)
+        return ChosenBaseline(
+            select_baseline("pinned", [], pinned=_point(session, pinned)), pinned.id)
+    limit = 1 if policy.baseline == "previous" else policy.window
+    earlier = list(session.scalars(
+        select(Result).join(Run, Run.id == Result.run_id)
+        .where(Result.series_id == row.series_id, Result.id < row.id,
+               Result.run_id != run.id, Result.status == "ok",
+               Run.project_id == run.project_id,
+               Run.branch.is_not_distinct_from(run.branch))
+        .order_by(Result.id.desc()).limit(limit)
+    ))
+    history = [_point(session, r) for r in reversed(earlier)]
+    baseline = select_baseline(policy.baseline, history, window=policy.window)
+    result_id = earlier[0].id if policy.baseline == "previous" and earlier else None
+    return ChosenBaseline(baseline, result_id)
+
+
+# ---- the run verdict -------------------------------------------------------------------------
+
+def judge_run(session: Session, run_id: int) -> list[RegressionEvent]:
+    """Set the run's verdict and reasons; open and resolve regressions. Returns the events."""
+    run = session.get(Run, run_id)
+    if run is None:
+        return []
+    policy = project_policy(run.project)
+    rows = session.execute(
+        select(Cell, Result).outerjoin(Result, Result.cell_id == Cell.id)
+        .where(Cell.run_id == run_id).order_by(Cell.id)
+    ).all()
+    verdicts: dict[str, CellVerdict] = {}
+    notes: list[str] = []
+    events: list[RegressionEvent] = []
+    for cell, row in rows:
+        label = cell.series_key
+        if row is None:
+            if cell.status == "failed":
+                verdicts[label] = CellVerdict(
+                    "error", (f"cell failed: {(cell.error or 'no reason given')[:300]}",))
+            continue
+        document = result_document(row, cell.series_key, cell.spec)
+        if row.status == "skipped":
+            notes.append(f"{label}: skipped: {(row.reason or 'no reason given')[:300]}")
+            continue
+        try:
+            chosen = choose_baseline(session, run, row, policy) if row.status == "ok" \
+                else ChosenBaseline(None, None)
+        except VerdictError as exc:
+            verdicts[label] = CellVerdict("error", (f"no baseline: {exc}",))
+            continue
+        verdict = judge_cell(document, chosen.baseline, threshold=policy.threshold)
+        if verdict.verdict == "regression" and chosen.baseline is not None:
+            before = chosen.baseline.result
+            if before is not None:
+                verdict = CellVerdict(
+                    verdict.verdict,
+                    (*verdict.reasons,
+                     f"what changed: {evidence_sentence(before, document)}"),
+                    verdict.ratio, verdict.suspect)
+        verdicts[label] = verdict
+        if row.status == "ok":
+            events += _track_regressions(session, run, row, document, verdict, chosen, policy)
+    run_verdict = combine(verdicts)
+    run.verdict = run_verdict.verdict
+    reasons = list(run_verdict.reasons) + notes
+    if len(reasons) > MAX_REASONS:
+        reasons = [*reasons[: MAX_REASONS - 1], f"... and {len(reasons) - MAX_REASONS + 1} more"]
+    run.reasons = reasons
+    return events
+
+
+# ---- regressions -------------------------------------------------------------------------------
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _active(session: Session, series_id: int) -> Regression | None:
+    return session.scalars(
+        select(Regression).where(Regression.series_id == series_id,
+                                 Regression.status.in_(REGRESSION_ACTIVE))
+        .with_for_update(of=Regression)
+    ).first()
+
+
+def _track_regressions(
+    session: Session, run: Run, row: Result, document: BenchResult, verdict: CellVerdict,
+    chosen: ChosenBaseline, policy: DetectionPolicy,
+) -> list[RegressionEvent]:
+    active = _active(session, row.series_id)
+    if active is not None:
+        if active.opened_by_result_id == row.id or verdict.verdict == "regression":
+            return []  # the same result re-judged (ingest), or still regressed
+        if _recovered(session, active, document):
+            active.status = "resolved"
+            active.resolved_at = _now()
+            active.resolved_by_result_id = row.id
+            session.flush()
+            return [RegressionEvent(active.id, "resolved")]
+        return []
+    if verdict.verdict != "regression" or chosen.baseline is None:
+        return []
+    if session.scalars(select(Regression.id)
+                       .where(Regression.opened_by_result_id == row.id)).first() is not None:
+        return []  # opened by this result before, since resolved by hand
+    before = chosen.baseline.result
+    regression = Regression(
+        project_id=run.project_id, series_id=row.series_id, opened_by_run_id=run.id,
+        opened_by_result_id=row.id, baseline_result_id=chosen.result_id,
+        baseline_kind=chosen.baseline.kind, baseline_description=chosen.baseline.description,
+        baseline_speedup=chosen.baseline.speedup, threshold=policy.threshold, status="open",
+        magnitude=(verdict.ratio.ratio - 1) if verdict.ratio else None,
+        evidence=evidence_sentence(before, document) if before is not None else "",
+        reasons=list(verdict.reasons),
+    )
+    try:
+        with session.begin_nested():
+            session.add(regression)
+    except IntegrityError:
+        # Another run opened this series' regression at the same moment: one is enough.
+        log.info("series %s: regression already opened concurrently", row.series_id)
+        return []
+    return [RegressionEvent(regression.id, "opened")]
+
+
+def _recovered(session: Session, regression: Regression, document: BenchResult) -> bool:
+    """Whether `document`, judged against the regression's pre-regression baseline, passes."""
+    reference: BenchResult | None = None
+    if regression.baseline_result_id is not None:
+        base_row = session.get(Result, regression.baseline_result_id)
+        if base_row is not None:
+            reference = _point(session, base_row).result
+    if reference is None and regression.baseline_speedup is None:
+        return False
+    baseline = Baseline(
+        "pinned" if regression.baseline_kind == "pinned" else
+        "window" if regression.baseline_kind == "window" else "previous",
+        regression.baseline_description,
+        reference.speedup.value if reference and reference.speedup
+        else float(regression.baseline_speedup or 0.0),
+        reference,
+    )
+    try:
+        verdict = judge_cell(document, baseline, threshold=regression.threshold)
+    except VerdictError:
+        return False
+    return verdict.verdict in ("pass", "improvement")

@@ -1,0 +1,98 @@
+"""The run verdict as CI reads it from GET /api/v1/runs/{id}: each cell judged from its raw
+samples against its series' baseline under the project's detection policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.models import Project
+from tests.app.detection_docs import body, measured
+from tests.app.factories import bearer, bench_result, tiny_spec
+
+
+def post(client: TestClient, token: str, document: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/api/v1/results", json=document, headers=bearer(token))
+    assert response.status_code == 201, response.text
+    stored: dict[str, Any] = response.json()
+    return stored
+
+
+def run_of(client: TestClient, token: str, stored: dict[str, Any]) -> dict[str, Any]:
+    response = client.get(f"/api/v1/runs/{stored['run_id']}", headers=bearer(token))
+    assert response.status_code == 200, response.text
+    run: dict[str, Any] = response.json()
+    return run
+
+
+def test_a_clear_twenty_percent_drop_is_a_regression_with_readable_reasons(
+    client: TestClient, ci_token: str
+) -> None:
+    post(client, ci_token, body(measured(2.0, evidence={"onnx_initializers": 20},
+                                         packages={"onnxruntime": "1.22.0"}), "v1"))
+    after = post(client, ci_token, body(
+        measured(1.6, evidence={"onnx_initializers": 0}, packages={"onnxruntime": "1.23.0"}),
+        "v2"))
+    run = run_of(client, ci_token, after)
+    assert run["verdict"] == "regression"
+    text = " ".join(run["reasons"])
+    assert "speedup 2.00x -> 1.60x" in text and "-20.0%" in text
+    assert "the previous run on the branch (v1)" in text
+    assert "slower by more than 3%" in text
+    # the evidence sentence says what changed between the two documents
+    assert "onnxruntime 1.22.0 -> 1.23.0" in text
+
+
+def test_the_same_speedup_again_passes(client: TestClient, ci_token: str) -> None:
+    post(client, ci_token, body(measured(2.0), "v1"))
+    run = run_of(client, ci_token, post(client, ci_token, body(measured(2.0), "v2")))
+    assert run["verdict"] == "pass" and run["reasons"] == []
+
+
+def test_a_failed_cell_is_an_error(client: TestClient, ci_token: str) -> None:
+    post(client, ci_token, body(measured(2.0), "v1"))
+    failed = bench_result(tiny_spec(), status="failed")
+    run = run_of(client, ci_token, post(client, ci_token, body(failed, "v2")))
+    assert run["verdict"] == "error"
+    assert "cell failed: backend unavailable" in run["reasons"][0]
+
+
+def test_the_baseline_comes_from_the_same_branch_only(
+    client: TestClient, ci_token: str
+) -> None:
+    post(client, ci_token, body(measured(2.0), "main-1", branch="main"))
+    post(client, ci_token, body(measured(1.6), "feature-1", branch="feature"))
+    # main's next run compares with main-1 (2.0x), not the slower feature branch
+    run = run_of(client, ci_token, post(client, ci_token, body(measured(2.0), "main-2")))
+    assert run["verdict"] == "pass"
+
+
+def test_a_pinned_baseline_run_is_used_when_the_project_says_so(
+    client: TestClient, ci_token: str, session: Session
+) -> None:
+    pinned = post(client, ci_token, body(measured(2.0), "release"))
+    post(client, ci_token, body(measured(1.6), "v2"))
+    project = session.scalars(select(Project).where(Project.name == "vision")).one()
+    project.detection = {"baseline": "pinned", "pinned_run_id": pinned["run_id"]}
+    session.commit()
+    # against the previous run (1.6x) this would pass; against the pinned 2.0x it regresses
+    run = run_of(client, ci_token, post(client, ci_token, body(measured(1.6), "v3")))
+    assert run["verdict"] == "regression"
+    assert "the pinned run (release)" in " ".join(run["reasons"])
+
+
+def test_a_window_baseline_is_steady_against_one_lucky_run(
+    client: TestClient, ci_token: str, session: Session
+) -> None:
+    post(client, ci_token, body(measured(2.0), "v1"))
+    project = session.scalars(select(Project).where(Project.name == "vision")).one()
+    project.detection = {"baseline": "window", "window": 3}
+    session.commit()
+    post(client, ci_token, body(measured(2.0), "v2"))
+    post(client, ci_token, body(measured(2.6), "v3"))  # one lucky run
+    # against the previous run (2.6x) this would regress; the window's median is 2.0x
+    run = run_of(client, ci_token, post(client, ci_token, body(measured(2.0), "v4")))
+    assert run["verdict"] == "pass"
