@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 
 from app.api.middleware import BodySizeLimitMiddleware, Metrics, MetricsMiddleware
-from app.api.routes import compare, health, metrics, results, runs, series
+from app.api.routes import compare, health, metrics, regressions, results, runs, series
 from app.config import Settings, get_settings
 from app.db import make_engine
 from app.errors import install_exception_handlers
@@ -50,6 +50,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
-    for module in (runs, results, series, compare, health, metrics):
+    for module in (runs, results, series, compare, health, metrics, regressions):
         app.include_router(module.router)
     return app

@@ -300,3 +300,32 @@ class HealthPublic(BaseModel):
     status: Literal["ok", "unavailable"]
     database: str
     broker: str
+
+
+class RegressionPublic(BaseModel):
+    """A regression of one series: what dropped, against what, and where it stands."""
+
+    id: int
+    project: str
+    series_key: str
+    status: Literal["open", "acknowledged", "resolved"]
+    opened_by_run_id: int
+    opened_by_result_id: int
+    baseline_result_id: int | None
+    baseline_kind: Literal["previous", "pinned", "window"]
+    baseline_description: str
+    baseline_speedup: float | None
+    threshold: float
+    magnitude: float | None = Field(description="new speedup / baseline speedup - 1")
+    evidence: str = Field(description="what changed between baseline and new result")
+    reasons: list[str]
+    resolved_by_result_id: int | None
+    acknowledged_by: str | None
+    created_at: datetime
+    acknowledged_at: datetime | None
+    resolved_at: datetime | None
+
+
+class RegressionListPublic(BaseModel):
+    items: list[RegressionPublic]
+    next_cursor: int | None = Field(description="pass as `cursor` for the next page")

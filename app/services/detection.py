@@ -239,8 +239,10 @@ def _track_regressions(
 ) -> list[RegressionEvent]:
     active = _active(session, row.series_id)
     if active is not None:
-        if active.opened_by_result_id == row.id or verdict.verdict == "regression":
-            return []  # the same result re-judged (ingest), or still regressed
+        if row.id <= active.opened_by_result_id or verdict.verdict == "regression":
+            # A result from before the regression (an ingest run re-judged as it grows)
+            # says nothing about recovery; a regressed one says it has not recovered.
+            return []
         if _recovered(session, active, document):
             active.status = "resolved"
             active.resolved_at = _now()

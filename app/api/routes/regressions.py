@@ -1,0 +1,89 @@
+"""Regressions: list and read them, acknowledge or resolve one (ci or admin scope)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import CiToken, ReadAccess, SessionDep
+from app.api.presenters import error_responses
+from app.models import Regression
+from app.schemas import RegressionListPublic, RegressionPublic
+from app.services import regressions as service
+
+router = APIRouter(prefix="/api/v1/regressions", tags=["regressions"])
+
+ERRORS = error_responses(401, 403, 422, 503)
+
+
+def regression_public(regression: Regression) -> RegressionPublic:
+    return RegressionPublic(
+        id=regression.id,
+        project=regression.project.name,
+        series_key=regression.series.key,
+        status=regression.status,  # type: ignore[arg-type]  # CHECK-constrained
+        opened_by_run_id=regression.opened_by_run_id,
+        opened_by_result_id=regression.opened_by_result_id,
+        baseline_result_id=regression.baseline_result_id,
+        baseline_kind=regression.baseline_kind,  # type: ignore[arg-type]
+        baseline_description=regression.baseline_description,
+        baseline_speedup=regression.baseline_speedup,
+        threshold=regression.threshold,
+        magnitude=regression.magnitude,
+        evidence=regression.evidence,
+        reasons=list(regression.reasons or []),
+        resolved_by_result_id=regression.resolved_by_result_id,
+        acknowledged_by=regression.acknowledged_by,
+        created_at=regression.created_at,
+        acknowledged_at=regression.acknowledged_at,
+        resolved_at=regression.resolved_at,
+    )
+
+
+@router.get("", response_model=RegressionListPublic, responses=ERRORS,
+            summary="List regressions, newest first")
+def list_regressions(
+    session: SessionDep,
+    _access: ReadAccess,
+    status: Literal["open", "acknowledged", "resolved"] | None = None,
+    project: Annotated[str | None, Query(max_length=100)] = None,
+    series: Annotated[str | None, Query(max_length=300, description="series key")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[int | None, Query(ge=1, description="next_cursor of the previous page")]
+    = None,
+) -> RegressionListPublic:
+    page, next_cursor = service.list_regressions(
+        session, status=status, project=project, series_key=series, limit=limit, cursor=cursor)
+    return RegressionListPublic(items=[regression_public(r) for r in page],
+                                next_cursor=next_cursor)
+
+
+@router.get("/{regression_id}", response_model=RegressionPublic,
+            responses={**error_responses(404), **ERRORS}, summary="One regression")
+def get_regression(
+    regression_id: int, session: SessionDep, _access: ReadAccess
+) -> RegressionPublic:
+    return regression_public(service.get_regression(session, regression_id))
+
+
+def _move(session: SessionDep, regression_id: int, to: str, by: str) -> RegressionPublic:
+    regression = service.transition(session, regression_id, to, by)
+    session.commit()
+    return regression_public(regression)
+
+
+@router.post("/{regression_id}/acknowledge", response_model=RegressionPublic,
+             responses={**error_responses(404, 409), **ERRORS},
+             summary="Acknowledge an open regression (ci scope)")
+def acknowledge(regression_id: int, session: SessionDep, token: CiToken) -> RegressionPublic:
+    """open -> acknowledged, recording the token's name; 409 from any other status."""
+    return _move(session, regression_id, "acknowledged", token.name)
+
+
+@router.post("/{regression_id}/resolve", response_model=RegressionPublic,
+             responses={**error_responses(404, 409), **ERRORS},
+             summary="Resolve a regression by hand (ci scope)")
+def resolve(regression_id: int, session: SessionDep, token: CiToken) -> RegressionPublic:
+    """open or acknowledged -> resolved; 409 if it is already resolved."""
+    return _move(session, regression_id, "resolved", token.name)
