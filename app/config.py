@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Package names (PEP 503 normalised) a trigger may pin; anything else is refused at the API
@@ -37,6 +37,13 @@ DEFAULT_ENV_ALLOWLIST = [
 PLACEHOLDER_PASSWORDS = {"changethis", "changeme", "password", "postgres", "speedwatch", "secret"}
 
 Executor = Literal["local", "celery", "none"]
+
+
+class Webhook(BaseModel):
+    """Where regression events are posted: a generic JSON payload or a Slack-style text."""
+
+    url: str = Field(pattern=r"^https?://")
+    kind: Literal["json", "slack"] = "json"
 
 
 class Settings(BaseSettings):
@@ -71,6 +78,14 @@ class Settings(BaseSettings):
     db_connect_timeout_seconds: int = Field(default=5, ge=1)
     db_statement_timeout_ms: int = Field(default=15_000, ge=100)
     db_pool_size: int = Field(default=5, ge=1)
+    # Regression notifications (JSON list, e.g. [{"url": "https://...", "kind": "slack"}]):
+    # each event is one delivery per webhook, retried with exponential backoff
+    # (backoff * 2**attempt seconds, capped) on connection errors and 5xx answers.
+    webhooks: list[Webhook] = Field(default_factory=list)
+    webhook_max_retries: int = Field(default=5, ge=0, le=20)
+    webhook_backoff_seconds: float = Field(default=2.0, ge=0)
+    webhook_backoff_max_seconds: float = Field(default=300.0, ge=0)
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
     # `speedwatch serve`
     host: str = "127.0.0.1"
     port: int = 8000

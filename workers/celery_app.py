@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 RUN_CELL_TASK = "speedwatch.run_cell"
 RECONCILE_TASK = "speedwatch.reconcile"
+DELIVER_WEBHOOK_TASK = "speedwatch.deliver_webhook"
 
 
 def queue_names(settings: Settings) -> list[str]:
@@ -56,7 +57,8 @@ def make_celery(settings: Settings | None = None) -> Celery:
         task_queues=[Queue(name, routing_key=name) for name in queue_names(settings)],
         task_default_queue=settings.cpu_queue,
         task_create_missing_queues=False,
-        task_routes={RECONCILE_TASK: {"queue": settings.cpu_queue}},
+        task_routes={RECONCILE_TASK: {"queue": settings.cpu_queue},
+                     DELIVER_WEBHOOK_TASK: {"queue": settings.cpu_queue}},
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from workers.celery_app import RECONCILE_TASK, RUN_CELL_TASK, celery_app
+from workers.celery_app import (
+    DELIVER_WEBHOOK_TASK,
+    RECONCILE_TASK,
+    RUN_CELL_TASK,
+    celery_app,
+)
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -168,3 +173,20 @@ def reconcile_task() -> dict[str, int]:
     from workers.reconciler import reconcile
 
     return reconcile().as_dict()
+
+
+@celery_app.task(name=DELIVER_WEBHOOK_TASK, bind=True, acks_late=True, max_retries=None)
+def deliver_webhook(self: Any, delivery_id: int) -> str:
+    """POST one regression notification; on a connection error or 5xx, retry later with
+    exponential backoff (settings webhook_backoff_seconds, webhook_max_retries). Each
+    attempt is logged on the delivery row; the last one marks it failed."""
+    from app.config import get_settings
+    from app.services.webhooks import attempt_delivery, backoff_seconds
+
+    settings = get_settings()
+    retries = int(self.request.retries or 0)
+    outcome = attempt_delivery(int(delivery_id), settings,
+                               final=retries >= settings.webhook_max_retries)
+    if outcome == "retry":
+        raise self.retry(countdown=backoff_seconds(retries + 1, settings))
+    return outcome

@@ -479,21 +479,20 @@ def finish_run_if_complete(session: Session, run_id: int) -> bool:
 
 # ---- the verdict ---------------------------------------------------------------------------
 
-PENDING_EVENTS = "speedwatch_regression_events"
-
-
 def on_run_finished(session: Session, run_id: int) -> None:
     """Decide the run's verdict and reasons once its cells are all finished.
 
     Each cell is judged against its series' baseline (app.services.detection); regressions
-    open and resolve here. Their events wait in `session.info` until the caller commits, so
-    a notification never announces something a rollback took back.
+    open and resolve here, and each event gets a pending delivery per configured webhook in
+    this same transaction. The deliveries are sent only after the caller commits, so a
+    notification never announces something a rollback took back.
     """
     from app.services.detection import judge_run
+    from app.services.webhooks import record_deliveries
 
     events = judge_run(session, run_id)
     if events:
-        session.info.setdefault(PENDING_EVENTS, []).extend(events)
+        record_deliveries(session, [(e.regression_id, e.event) for e in events])
 
 
 def get_run(session: Session, run_id: int) -> Run:
