@@ -1,0 +1,85 @@
+"""`speedwatch submit --wait` on a run that regresses: it prints the verdict's reasons and
+exits 1, as a CI job needs to fail the build and say why."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy import select
+
+from app.cli_client import EXIT_REGRESSION
+from app.config import Settings
+from app.db import session_scope
+from app.main import create_app
+from app.models import Cell, Run
+from app.services import runs as run_service
+from benchmarks.spec import BenchSpec
+from tests.app.detection_docs import body, measured
+from tests.app.factories import bearer, tiny_spec
+
+
+@pytest.fixture
+def api_url(settings: Settings) -> Iterator[str]:
+    """The real app on a real socket (executor "none": this test plays the worker)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def play_worker(settings: Settings, revision: str, speedup: float) -> None:
+    """Wait for the run's cell, then record a measured result for it as a worker would."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with session_scope(settings) as session:
+            cell = session.scalars(
+                select(Cell).join(Run, Run.id == Cell.run_id).where(Run.revision == revision)
+            ).first()
+            if cell is not None:
+                assert run_service.claim_cell(session, cell.id, settings=settings) is not None
+                document = measured(speedup, spec=BenchSpec.from_dict(cell.spec))
+                run_service.record_result(session, cell.id, document)
+                run_service.finish_run_if_complete(session, cell.run_id)
+                return
+        time.sleep(0.1)
+
+
+def test_submit_wait_prints_the_reasons_and_exits_1_on_regression(
+    api_url: str, ci_token: str, settings: Settings
+) -> None:
+    baseline = body(measured(2.0, spec=tiny_spec(weights="constant")), "v1", project="cli")
+    posted = httpx.post(f"{api_url}/api/v1/results", json=baseline, headers=bearer(ci_token))
+    assert posted.status_code == 201, posted.text
+
+    worker = threading.Thread(target=play_worker, args=(settings, "v2", 1.6), daemon=True)
+    worker.start()
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "submit", "--url", api_url, "--token", ci_token,
+         "--project", "cli", "--revision", "v2", "--branch", "main", "--model", "resnet18",
+         "--backend", "onnxruntime", "--weights", "constant", "--width", "8",
+         "--image-size", "32", "--wait", "--poll", "0.2", "--timeout", "60"],
+        capture_output=True, text=True, timeout=90, check=False)
+    worker.join(timeout=5)
+    assert proc.returncode == EXIT_REGRESSION, proc.stdout + proc.stderr
+    assert "verdict: regression" in proc.stdout
+    assert "speedup 2.00x -> 1.60x" in proc.stdout
+    assert "slower by more than 3%" in proc.stdout
+    assert "Traceback" not in proc.stderr
