@@ -48,7 +48,7 @@ from typing import Any
 
 from benchmarks import fingerprint, stats
 from benchmarks.result import Accuracy, BenchResult, ResultError
-from benchmarks.spec import BenchSpec
+from benchmarks.spec import BenchSpec, SpecError
 
 STDERR_TAIL_BYTES = 4096
 _OOM_PATTERNS = re.compile(r"out of memory|MemoryError|OutOfMemoryError|std::bad_alloc",
@@ -147,6 +147,10 @@ def run_isolated(
     if not isinstance(k, int) or k <= 1:
         return _run_one(spec, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
     started = time.monotonic()
+    try:
+        spec.validate()  # before K children, not K times inside them (processes <= 16)
+    except SpecError as exc:
+        return _failed(spec, f"invalid spec: {exc}", "", started)
     results: list[BenchResult] = []
     for j in range(k):
         one = _run_one(process_spec(spec, j), timeout_s=timeout_s, python=python, env=env,

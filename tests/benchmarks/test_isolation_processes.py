@@ -123,3 +123,12 @@ def test_cli_refuses_processes_without_isolation() -> None:
                                    "--no-isolate"])
     assert res.exit_code == 2
     assert "--processes > 1 needs --isolate" in res.output
+
+
+def test_an_isolated_run_with_too_many_processes_fails_before_starting_any(
+    tiny_spec: SpecFactory,
+) -> None:
+    spec = with_processes(tiny_spec(), 17)
+    result = run_isolated(spec, timeout_s=60, python="/nonexistent/python")
+    assert result.status == "failed"
+    assert result.reason is not None and result.reason.startswith("invalid spec: timing.processes")
