@@ -310,13 +310,13 @@ class Regression(Base):
     """A speedup drop (or accuracy loss) in one series, from the run that showed it until the
     series recovers against the same baseline.
 
-    At most one regression per series is active (open or acknowledged): a partial unique
-    index says so, so two runs finishing at once cannot open two.
+    At most one regression per series and project is active (open or acknowledged): a
+    partial unique index says so, so two runs finishing at once cannot open two.
     """
 
     __tablename__ = "regressions"
     __table_args__ = (
-        Index("ix_regressions_one_active_per_series", "series_id", unique=True,
+        Index("ix_regressions_one_active_per_series", "project_id", "series_id", unique=True,
               postgresql_where="status IN ('open', 'acknowledged')",
               sqlite_where="status IN ('open', 'acknowledged')"),
         Index("ix_regressions_project_id_status", "project_id", "status"),

@@ -225,9 +225,10 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _active(session: Session, series_id: int) -> Regression | None:
+def _active(session: Session, project_id: int, series_id: int) -> Regression | None:
     return session.scalars(
-        select(Regression).where(Regression.series_id == series_id,
+        select(Regression).where(Regression.project_id == project_id,
+                                 Regression.series_id == series_id,
                                  Regression.status.in_(REGRESSION_ACTIVE))
         .with_for_update(of=Regression)
     ).first()
@@ -237,7 +238,7 @@ def _track_regressions(
     session: Session, run: Run, row: Result, document: BenchResult, verdict: CellVerdict,
     chosen: ChosenBaseline, policy: DetectionPolicy,
 ) -> list[RegressionEvent]:
-    active = _active(session, row.series_id)
+    active = _active(session, run.project_id, row.series_id)
     if active is not None:
         if row.id <= active.opened_by_result_id or verdict.verdict == "regression":
             # A result from before the regression (an ingest run re-judged as it grows)

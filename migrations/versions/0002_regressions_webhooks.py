@@ -65,8 +65,9 @@ def upgrade() -> None:
         sa.UniqueConstraint("opened_by_result_id",
                             name=op.f("uq_regressions_opened_by_result_id")),
     )
-    op.create_index("ix_regressions_one_active_per_series", "regressions", ["series_id"],
-                    unique=True, postgresql_where=sa.text(ACTIVE), sqlite_where=sa.text(ACTIVE))
+    op.create_index("ix_regressions_one_active_per_series", "regressions",
+                    ["project_id", "series_id"], unique=True,
+                    postgresql_where=sa.text(ACTIVE), sqlite_where=sa.text(ACTIVE))
     op.create_index("ix_regressions_project_id_status", "regressions",
                     ["project_id", "status"], unique=False)
     op.create_index("ix_regressions_status", "regressions", ["status"], unique=False)

@@ -59,6 +59,17 @@ def test_a_series_still_regressed_keeps_its_one_regression(
     assert len(regressions(client, ci_token)) == 1
 
 
+def test_another_project_measuring_the_same_series_has_its_own_regression(
+    client: TestClient, ci_token: str
+) -> None:
+    regress(client, ci_token)
+    post(client, ci_token, body(measured(2.0), "v1", project="audio"))
+    post(client, ci_token, body(measured(1.6), "v2", project="audio"))
+    (audio,) = regressions(client, ci_token, project="audio")
+    assert audio["series_key"] == KEY and audio["status"] == "open"
+    assert len(regressions(client, ci_token, status="open")) == 2
+
+
 def test_the_database_refuses_a_second_active_regression_per_series(
     client: TestClient, ci_token: str, session: Session
 ) -> None:
