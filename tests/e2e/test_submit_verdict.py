@@ -3,6 +3,7 @@ exits 1, as a CI job needs to fail the build and say why."""
 
 from __future__ import annotations
 
+import secrets
 import socket
 import subprocess
 import sys
@@ -51,7 +52,8 @@ def play_worker(settings: Settings, revision: str, speedup: float) -> None:
     while time.monotonic() < deadline:
         with session_scope(settings) as session:
             cell = session.scalars(
-                select(Cell).join(Run, Run.id == Cell.run_id).where(Run.revision == revision)
+                select(Cell).join(Run, Run.id == Cell.run_id)
+                .where(Run.revision == revision, Run.kind == "triggered")
             ).first()
             if cell is not None:
                 assert run_service.claim_cell(session, cell.id, settings=settings) is not None
@@ -65,15 +67,16 @@ def play_worker(settings: Settings, revision: str, speedup: float) -> None:
 def test_submit_wait_prints_the_reasons_and_exits_1_on_regression(
     api_url: str, ci_token: str, settings: Settings
 ) -> None:
-    baseline = body(measured(2.0, spec=tiny_spec(weights="constant")), "v1", project="cli")
+    project, revision = f"cli-{secrets.token_hex(4)}", f"v2-{secrets.token_hex(4)}"
+    baseline = body(measured(2.0, spec=tiny_spec(weights="constant")), "v1", project=project)
     posted = httpx.post(f"{api_url}/api/v1/results", json=baseline, headers=bearer(ci_token))
     assert posted.status_code == 201, posted.text
 
-    worker = threading.Thread(target=play_worker, args=(settings, "v2", 1.6), daemon=True)
+    worker = threading.Thread(target=play_worker, args=(settings, revision, 1.6), daemon=True)
     worker.start()
     proc = subprocess.run(
         [sys.executable, "-m", "app.cli", "submit", "--url", api_url, "--token", ci_token,
-         "--project", "cli", "--revision", "v2", "--branch", "main", "--model", "resnet18",
+         "--project", project, "--revision", revision, "--branch", "main", "--model", "resnet18",
          "--backend", "onnxruntime", "--weights", "constant", "--width", "8",
          "--image-size", "32", "--wait", "--poll", "0.2", "--timeout", "60"],
         capture_output=True, text=True, timeout=90, check=False)
