@@ -190,6 +190,9 @@ class Cell(Base):
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The cell's verdict once judged ({"verdict", "reasons", "suspect"} or {"note"} for a
+    # skip): a stored result never changes, so detection judges each cell once.
+    judgement: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
     run: Mapped[Run] = relationship(back_populates="cells")
     result: Mapped[Result | None] = relationship(back_populates="cell", uselist=False)

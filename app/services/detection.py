@@ -168,35 +168,60 @@ def choose_baseline(
 
 # ---- the run verdict -------------------------------------------------------------------------
 
+def _remember(cell: Cell, verdict: CellVerdict | None = None, note: str | None = None) -> None:
+    """Keep a cell's judgement on the cell: a result never changes once stored, so the cell
+    is judged once. Ingest runs grow by one result per POST and are re-combined on each;
+    re-judging every earlier cell there (a bootstrap each) made ingest 4x slower."""
+    if note is not None:
+        cell.judgement = {"note": note}
+    elif verdict is not None:
+        cell.judgement = {"verdict": verdict.verdict, "reasons": list(verdict.reasons),
+                          "suspect": verdict.suspect}
+
+
 def judge_run(session: Session, run_id: int) -> list[RegressionEvent]:
-    """Set the run's verdict and reasons; open and resolve regressions. Returns the events."""
+    """Set the run's verdict and reasons; open and resolve regressions. Returns the events.
+
+    Cells judged by an earlier call (ingest runs are re-combined on every posted result)
+    keep their judgement; only cells new since then are judged, and only they can open or
+    resolve a regression.
+    """
     run = session.get(Run, run_id)
     if run is None:
         return []
     policy = project_policy(run.project)
-    rows = session.execute(
-        select(Cell, Result).outerjoin(Result, Result.cell_id == Cell.id)
-        .where(Cell.run_id == run_id).order_by(Cell.id)
-    ).all()
+    cells = session.scalars(select(Cell).where(Cell.run_id == run_id).order_by(Cell.id)).all()
     verdicts: dict[str, CellVerdict] = {}
     notes: list[str] = []
     events: list[RegressionEvent] = []
-    for cell, row in rows:
+    for cell in cells:
         label = cell.series_key
+        known = cell.judgement
+        if known is not None:
+            if "note" in known:
+                notes.append(known["note"])
+            else:
+                verdicts[label] = CellVerdict(known["verdict"], tuple(known["reasons"]),
+                                              None, bool(known.get("suspect", False)))
+            continue
+        row = session.scalar(select(Result).where(Result.cell_id == cell.id))
         if row is None:
             if cell.status == "failed":
                 verdicts[label] = CellVerdict(
                     "error", (f"cell failed: {(cell.error or 'no reason given')[:300]}",))
+                _remember(cell, verdicts[label])
             continue
         document = result_document(row, cell.series_key, cell.spec)
         if row.status == "skipped":
             notes.append(f"{label}: skipped: {(row.reason or 'no reason given')[:300]}")
+            _remember(cell, note=notes[-1])
             continue
         try:
             chosen = choose_baseline(session, run, row, policy) if row.status == "ok" \
                 else ChosenBaseline(None, None)
         except VerdictError as exc:
             verdicts[label] = CellVerdict("error", (f"no baseline: {exc}",))
+            _remember(cell, verdicts[label])
             continue
         verdict = judge_cell(document, chosen.baseline, threshold=policy.threshold)
         if verdict.verdict == "regression" and chosen.baseline is not None:
@@ -208,6 +233,7 @@ def judge_run(session: Session, run_id: int) -> list[RegressionEvent]:
                      f"what changed: {evidence_sentence(before, document)}"),
                     verdict.ratio, verdict.suspect)
         verdicts[label] = verdict
+        _remember(cell, verdict)
         if row.status == "ok":
             events += _track_regressions(session, run, row, document, verdict, chosen, policy)
     run_verdict = combine(verdicts)

@@ -1,4 +1,4 @@
-"""detection policy per project, regressions, webhook deliveries
+"""detection policy per project, cell judgements, regressions, webhook deliveries
 
 Revision ID: 0002
 Revises: 0001
@@ -24,6 +24,7 @@ ACTIVE = "status IN ('open', 'acknowledged')"
 
 def upgrade() -> None:
     op.add_column("projects", sa.Column("detection", JSON_TYPE, nullable=True))
+    op.add_column("cells", sa.Column("judgement", JSON_TYPE, nullable=True))
     op.create_table(
         "regressions",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -103,5 +104,7 @@ def downgrade() -> None:
     op.drop_index("ix_regressions_project_id_status", table_name="regressions")
     op.drop_index("ix_regressions_one_active_per_series", table_name="regressions")
     op.drop_table("regressions")
+    with op.batch_alter_table("cells") as batch:
+        batch.drop_column("judgement")
     with op.batch_alter_table("projects") as batch:
         batch.drop_column("detection")

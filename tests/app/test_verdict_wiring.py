@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -96,3 +97,30 @@ def test_a_window_baseline_is_steady_against_one_lucky_run(
     # against the previous run (2.6x) this would regress; the window's median is 2.0x
     run = run_of(client, ci_token, post(client, ci_token, body(measured(2.0), "v4")))
     assert run["verdict"] == "pass"
+
+
+def test_an_ingest_run_judges_each_cell_once_as_it_grows(
+    client: TestClient, ci_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every POST re-combines its ingest run's verdict; the cells judged by earlier POSTs
+    keep their judgement instead of paying another bootstrap each (ingest latency)."""
+    import app.services.detection as detection
+
+    judged: list[str] = []
+    real_judge = detection.judge_cell
+
+    def counting_judge(document: Any, *args: Any, **kwargs: Any) -> Any:
+        judged.append(document.series_key)
+        return real_judge(document, *args, **kwargs)
+
+    monkeypatch.setattr(detection, "judge_cell", counting_judge)
+    post(client, ci_token, body(measured(2.0, spec=tiny_spec(batch_size=1)), "v1"))
+    post(client, ci_token, body(measured(2.0, spec=tiny_spec(batch_size=2)), "v1"))
+    post(client, ci_token, body(measured(2.0, spec=tiny_spec(batch_size=1)), "v2"))
+    slower = post(client, ci_token, body(measured(1.6, spec=tiny_spec(batch_size=2)), "v2"))
+    assert len(judged) == 4  # one judgement per posted result, none repeated
+    run = run_of(client, ci_token, slower)
+    # the run verdict still combines the remembered judgement of the first v2 cell (pass)
+    # with the new one (regression)
+    assert run["verdict"] == "regression"
+    assert all("bs2" in reason for reason in run["reasons"])
