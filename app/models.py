@@ -225,6 +225,8 @@ class Result(Base):
     __tablename__ = "results"
     __table_args__ = (
         Index("ix_results_series_id_created_at", "series_id", "created_at"),
+        # detection's "latest earlier result of this series" walks this backwards
+        Index("ix_results_series_id_id", "series_id", "id"),
         Index("ix_results_run_id", "run_id"),
         CheckConstraint(_in("status", RESULT_STATUSES), name="status"),
         CheckConstraint(

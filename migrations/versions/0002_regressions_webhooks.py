@@ -25,6 +25,7 @@ ACTIVE = "status IN ('open', 'acknowledged')"
 def upgrade() -> None:
     op.add_column("projects", sa.Column("detection", JSON_TYPE, nullable=True))
     op.add_column("cells", sa.Column("judgement", JSON_TYPE, nullable=True))
+    op.create_index("ix_results_series_id_id", "results", ["series_id", "id"], unique=False)
     op.create_table(
         "regressions",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -104,6 +105,7 @@ def downgrade() -> None:
     op.drop_index("ix_regressions_project_id_status", table_name="regressions")
     op.drop_index("ix_regressions_one_active_per_series", table_name="regressions")
     op.drop_table("regressions")
+    op.drop_index("ix_results_series_id_id", table_name="results")
     with op.batch_alter_table("cells") as batch:
         batch.drop_column("judgement")
     with op.batch_alter_table("projects") as batch:
