@@ -6,39 +6,14 @@ import secrets
 import socket
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
-
-import pytest
-import uvicorn
 
 from app.cli_client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, exit_code_for
-from app.config import Settings
-from app.main import create_app
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def api_url(settings: Settings) -> Iterator[str]:
-    """The real app on a real socket (executor "none": runs are recorded, not measured)."""
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
 
 
 def _submit(*args: str) -> subprocess.CompletedProcess[str]:

@@ -4,46 +4,22 @@ exits 1, as a CI job needs to fail the build and say why."""
 from __future__ import annotations
 
 import secrets
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
-import uvicorn
 from sqlalchemy import select
 
 from app.cli_client import EXIT_REGRESSION
 from app.config import Settings
 from app.db import session_scope
-from app.main import create_app
 from app.models import Cell, Run
 from app.services import runs as run_service
 from benchmarks.spec import BenchSpec
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer, tiny_spec
-
-
-@pytest.fixture
-def api_url(settings: Settings) -> Iterator[str]:
-    """The real app on a real socket (executor "none": this test plays the worker)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
 
 
 def play_worker(settings: Settings, revision: str, speedup: float) -> None:
