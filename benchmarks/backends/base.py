@@ -16,6 +16,17 @@ if TYPE_CHECKING:
     from benchmarks.spec import BenchSpec
 
 
+def cuda_only_reason(spec: BenchSpec, product: str) -> str | None:
+    """Why a CUDA-only backend (TensorRT, Torch-TensorRT) cannot run `spec` here, or None."""
+    if spec.device != "cuda":
+        return f"{product} needs a CUDA device"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "CUDA is not available here"
+    return None
+
+
 class BackendUnavailable(RuntimeError):
     """Raised by compile() when the backend cannot run this spec here; becomes 'skipped'."""
 

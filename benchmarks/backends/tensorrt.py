@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.backends.base import BackendUnavailable, Compiled
+from benchmarks.backends.base import BackendUnavailable, Compiled, cuda_only_reason
 
 if TYPE_CHECKING:
     import torch
@@ -94,13 +94,7 @@ class TensorRTBackend:
             _import_tensorrt()
         except ImportError:
             return NOT_INSTALLED
-        if spec.device != "cuda":
-            return "TensorRT needs a CUDA device"
-        import torch
-
-        if not torch.cuda.is_available():
-            return "CUDA is not available here"
-        return None
+        return cuda_only_reason(spec, "TensorRT")
 
     def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
         from benchmarks import trt_converter as conv

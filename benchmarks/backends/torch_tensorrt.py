@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.backends.base import BackendUnavailable, Compiled
+from benchmarks.backends.base import BackendUnavailable, Compiled, cuda_only_reason
 
 if TYPE_CHECKING:
     import torch
@@ -101,13 +101,7 @@ class TorchTensorRTBackend:
             if missing in (None, "torch_tensorrt"):
                 return NOT_INSTALLED
             return f"torch_tensorrt cannot be imported: {exc}"
-        if spec.device != "cuda":
-            return "Torch-TensorRT needs a CUDA device"
-        import torch
-
-        if not torch.cuda.is_available():
-            return "CUDA is not available here"
-        return None
+        return cuda_only_reason(spec, "Torch-TensorRT")
 
     def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
         import torch
