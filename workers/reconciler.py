@@ -11,6 +11,8 @@ which cells should be moving, so a periodic sweep (Celery beat) decides from SQL
   any cell from its queue within the last deadline ("no worker consumes queue X").
 - running, not updated for `reconcile_after_seconds`: the worker is presumed lost; put back
   to queued and send again while `attempts < max_cell_attempts`, else fail with the reason.
+- an ingested result nobody judged for a minute (the API process died between the commit
+  and its background judging): judge it now (app.services.results.judge_pending_ingests).
 
 Re-sending is safe because the task body is idempotent. Keep `reconcile_after_seconds`
 above the longest cell (`cell_timeout_seconds` plus an environment build), or a slow cell
@@ -43,9 +45,11 @@ NEVER_ENQUEUED_GRACE_S = 60.0
 class ReconcileReport:
     requeued: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
+    judged_runs: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
-        return {"requeued": len(self.requeued), "failed": len(self.failed)}
+        return {"requeued": len(self.requeued), "failed": len(self.failed),
+                "judged_runs": len(self.judged_runs)}
 
 
 Enqueue = Callable[[Sequence[tuple[int, str]]], None]
@@ -72,8 +76,9 @@ def reconcile(
         report, to_send = _decide(session, settings, now)
     if to_send:
         enqueue(to_send)
-    if report.requeued or report.failed:
-        log.info("reconciler: re-queued %s, failed %s", report.requeued, report.failed)
+    if report.requeued or report.failed or report.judged_runs:
+        log.info("reconciler: re-queued %s, failed %s, judged ingest runs %s",
+                 report.requeued, report.failed, report.judged_runs)
     return report
 
 
@@ -81,6 +86,7 @@ def _decide(
     session: Session, settings: Settings, now: datetime
 ) -> tuple[ReconcileReport, list[tuple[int, str]]]:
     from app.models import Cell
+    from app.services.results import judge_pending_ingests
     from app.services.runs import fail_cell, finish_run_if_complete
 
     after = timedelta(seconds=settings.reconcile_after_seconds)
@@ -126,6 +132,8 @@ def _decide(
     session.flush()
     for run_id in sorted(runs_touched):
         finish_run_if_complete(session, run_id)
+    report.judged_runs = judge_pending_ingests(session, older_than_s=NEVER_ENQUEUED_GRACE_S,
+                                               now=now)
     return report, to_send
 
 

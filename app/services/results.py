@@ -6,9 +6,19 @@ that run with the result attached. Posting the identical document again is a ret
 returns the stored result; a different document for the same spec at the same revision and
 environment is a Conflict (measure again under a new revision label, or trigger a run).
 Nothing is stored unless the whole document is valid.
+
+Judging is not part of the request. A verdict bootstraps over every round of the new
+result and its baseline: cheap for a small CPU result, but a GPU result of thousands of
+samples per side takes a second or more, and a CI job posting a matrix should not wait on
+it. So `ingest_result` only stores; `judge_ingested` runs after the commit (the API hands it
+to a background task) and `judge_pending_ingests` is the reconciler's sweep for a result
+whose judging was lost with its process. Until then the ingest run's verdict is the one
+from its earlier results.
 """
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -43,7 +53,8 @@ def parse_document(payload: ResultIngest) -> BenchResult:
 def ingest_result(
     session: Session, payload: ResultIngest, settings: Settings
 ) -> tuple[Result, bool]:
-    """Store one posted result; returns (result, created). Flushes, does not commit."""
+    """Store one posted result; returns (result, created). Flushes, does not commit; call
+    `judge_ingested(result.run_id)` after the commit."""
     result = parse_document(payload)
     spec, key = check_result_document(result)
     environment = canonical_environment(payload.environment, settings)
@@ -81,8 +92,33 @@ def ingest_result(
         if existing is None:
             raise
         return _replay(existing, document_hash), False
-    finish_run_if_complete(session, run.id)
     return stored, True
+
+
+def judge_ingested(run_id: int, settings: Settings) -> None:
+    """Judge an ingest run's new results in a transaction of its own (after the ingest
+    committed): verdict, regressions, webhook deliveries (sent after this commit)."""
+    from app.db import session_scope
+
+    with session_scope(settings) as session:
+        finish_run_if_complete(session, run_id)
+
+
+def judge_pending_ingests(session: Session, *, older_than_s: float,
+                          now: datetime | None = None) -> list[int]:
+    """Ingest runs with a stored result that nobody judged for `older_than_s` seconds (the
+    process died between the commit and its background judging); judges them, returns
+    their ids. The grace keeps the sweep off results whose judging is under way."""
+    now = now or datetime.now(timezone.utc)
+    run_ids = list(session.scalars(
+        select(Cell.run_id).join(Run, Run.id == Cell.run_id)
+        .where(Run.kind == "ingest", Cell.judgement.is_(None),
+               Cell.created_at < now - timedelta(seconds=older_than_s))
+        .distinct().order_by(Cell.run_id)
+    ))
+    for run_id in run_ids:
+        finish_run_if_complete(session, run_id)
+    return run_ids
 
 
 def _find_ingest_run(session: Session, project: str, run_key: str) -> Run | None:

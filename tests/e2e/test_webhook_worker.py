@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings, get_settings
 from app.models import Project, Regression, WebhookDelivery
 from app.schemas import ResultIngest
-from app.services.results import ingest_result
+from app.services.results import ingest_result, judge_ingested
 from tests.app.detection_docs import body, measured
 from tests.workers.test_webhooks import Receiver
 
@@ -51,9 +51,10 @@ def test_a_worker_retries_a_flaky_receiver_until_delivered(
     project = f"hooks-{secrets.token_hex(4)}"
     try:
         for speedup, revision in ((2.0, "v1"), (1.6, "v2")):
-            ingest_result(session, ResultIngest(**body(measured(speedup), revision,
-                                                       project=project)), live)
-            session.commit()  # the opened event is sent to the worker after this commit
+            stored, _ = ingest_result(session, ResultIngest(**body(
+                measured(speedup), revision, project=project)), live)
+            session.commit()
+            judge_ingested(stored.run_id, live)  # the opened event is sent after its commit
         deadline = time.monotonic() + 90
         while True:
             session.expire_all()

@@ -16,6 +16,9 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
 from app.models import Cell
+from app.schemas import ResultIngest
+from app.services.results import ingest_result
+from tests.app.detection_docs import body, measured
 from tests.workers.helpers import new_run, reload_run
 from workers.reconciler import NEVER_ENQUEUED_GRACE_S, reconcile
 
@@ -169,3 +172,33 @@ def test_the_sweep_sends_through_the_configured_broker(
     finally:
         client.delete(queue)
         client.close()
+
+
+def test_an_ingested_result_whose_judging_was_lost_is_judged_by_the_sweep(
+    session: Session, settings: Settings
+) -> None:
+    """The API judges an ingested result after its response; if the process dies in
+    between, the result is stored but unjudged, and the next sweep past the grace judges
+    it (the run gets its verdict, the regression opens)."""
+    project = f"lost-judging-{secrets.token_hex(4)}"
+    run_ids = []
+    for speedup, revision in ((2.0, "v1"), (1.6, "v2")):
+        stored, created = ingest_result(
+            session, ResultIngest(**body(measured(speedup), revision, project=project)),
+            settings)
+        session.commit()
+        assert created
+        run_ids.append(stored.run_id)
+    assert [reload_run(session, r).verdict for r in run_ids] == [None, None]
+
+    early = reconcile(now=datetime.now(timezone.utc), settings=settings, enqueue=Sent())
+    assert early.judged_runs == []  # within the grace: the API may be judging right now
+
+    report = reconcile(now=_later(settings, extra_s=NEVER_ENQUEUED_GRACE_S),
+                       settings=settings, enqueue=Sent())
+
+    assert report.judged_runs == run_ids
+    assert [reload_run(session, r).verdict for r in run_ids] == ["pass", "regression"]
+    again = reconcile(now=_later(settings, extra_s=NEVER_ENQUEUED_GRACE_S),
+                      settings=settings, enqueue=Sent())
+    assert again.judged_runs == []

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, BackgroundTasks, Response
 
 from app.api.deps import CiToken, SessionDep, SettingsDep
 from app.api.presenters import error_responses
 from app.schemas import ResultIngest, ResultIngestedPublic
-from app.services.results import ingest_result
+from app.services.results import ingest_result, judge_ingested
 
 router = APIRouter(prefix="/api/v1/results", tags=["results"])
 
@@ -28,14 +28,18 @@ def post_result(
     settings: SettingsDep,
     _token: CiToken,
     response: Response,
+    background: BackgroundTasks,
 ) -> ResultIngestedPublic:
     """`result` is a BenchResult document. It is checked whole before anything is stored:
     unknown schema_version, non-positive or NaN latencies, an inverted CI, or a series_key
     that its spec and fingerprint device_class do not give -> 422. It is filed under this
-    project's "ingest" run for the revision and environment."""
+    project's "ingest" run for the revision and environment. The verdict is decided after
+    the response is sent: read it from GET /api/v1/runs/{run_id}."""
     stored, created = ingest_result(session, body, settings)
     session.commit()
-    if not created:
+    if created:
+        background.add_task(judge_ingested, stored.run_id, settings)
+    else:
         response.status_code = 200
     return ResultIngestedPublic(
         result_id=stored.id, run_id=stored.run_id, cell_id=stored.cell_id,
