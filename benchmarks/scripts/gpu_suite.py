@@ -75,6 +75,7 @@ def main() -> int:
     ap.add_argument("--warm-workers", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--graphs-only", action="store_true")
+    ap.add_argument("--nographs-only", action="store_true")
     ap.add_argument("--processes", type=int, default=1,
                     help="processes per cell, merged into one result (TimingPolicy.processes); "
                          "--seconds-* then apply to each process")
@@ -94,12 +95,14 @@ def main() -> int:
     print(f"warm-up compile of {len(warm)} variants: {time.time() - t0:.0f}s", flush=True)
 
     # 2. Timed cells, each in its own process, the whole matrix once per repeat.
+    graph_modes = ((True,) if args.graphs_only else (False,) if args.nographs_only
+                   else (True, False))
     summary: dict[str, list[dict[str, float]]] = {}
     for rep in range(1, args.repeats + 1):
         rep_dir = args.out / f"run{rep}"
         rep_dir.mkdir(exist_ok=True)
         for m, b, w, g in itertools.product(models, batches, ("constant", "tensor"),
-                                            (True,) if args.graphs_only else (True, False)):
+                                            graph_modes):
             spec = make_spec(m, b, w, g, args.seconds_graphs if g else args.seconds_nographs,
                              args.rounds, args.processes)
             r = run_isolated(spec, timeout_s=args.timeout, env=env)
