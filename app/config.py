@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     webhook_backoff_seconds: float = Field(default=2.0, ge=0)
     webhook_backoff_max_seconds: float = Field(default=300.0, ge=0)
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Deliveries have a queue of their own, consumed by its own worker
+    # (`speedwatch worker --queues webhooks`): a receiver that is slow or down then holds
+    # up other deliveries at worst, never a benchmark cell waiting for a worker.
+    webhook_queue: str = "webhooks"
     # `speedwatch serve`
     host: str = "127.0.0.1"
     port: int = 8000
@@ -129,7 +133,7 @@ class Settings(BaseSettings):
 
     def queue_names(self) -> list[str]:
         """All queues, for workers and the Celery app to declare explicitly."""
-        return sorted({self.cpu_queue, *self.gpu_queues.values()})
+        return sorted({self.cpu_queue, self.webhook_queue, *self.gpu_queues.values()})
 
 
 def _url_password(url: str) -> str | None:

@@ -31,7 +31,7 @@ DELIVER_WEBHOOK_TASK = "speedwatch.deliver_webhook"
 
 
 def queue_names(settings: Settings) -> list[str]:
-    """Every queue a worker may consume: the cpu queue and one per configured GPU class."""
+    """Every queue a worker may consume: cpu, webhooks and one per configured GPU class."""
     return settings.queue_names()
 
 
@@ -82,7 +82,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
         task_default_queue=settings.cpu_queue,
         task_create_missing_queues=False,
         task_routes={RECONCILE_TASK: {"queue": settings.cpu_queue},
-                     DELIVER_WEBHOOK_TASK: {"queue": settings.cpu_queue}},
+                     DELIVER_WEBHOOK_TASK: {"queue": settings.webhook_queue}},
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,

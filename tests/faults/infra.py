@@ -167,9 +167,9 @@ class Processes:
         wait_for(up, 60, f"{name} to answer", interval=0.3, on_timeout=lambda: self.log(name))
         return url
 
-    def worker(self, name: str, queues: str) -> None:
+    def worker(self, name: str, queues: str, concurrency: int = 1) -> None:
         """Start a worker and wait until Celery says it is ready to consume."""
-        self.start(name, "worker", "--queues", queues, "--concurrency", "1",
+        self.start(name, "worker", "--queues", queues, "--concurrency", str(concurrency),
                    "--hostname", f"{name}@faults")
         wait_for(lambda: self.alive(name) and "ready." in self.log(name), 60,
                  f"worker {name} to be ready", interval=0.3, on_timeout=lambda: self.log(name))
