@@ -174,9 +174,9 @@ class Processes:
         wait_for(lambda: self.alive(name) and "ready." in self.log(name), 60,
                  f"worker {name} to be ready", interval=0.3, on_timeout=lambda: self.log(name))
 
-    def log(self, name: str) -> str:
+    def log(self, name: str, tail: int = 6000) -> str:
         path = self.logs / f"{name}.log"
-        return path.read_text(errors="replace")[-6000:] if path.exists() else ""
+        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
 
     def alive(self, name: str) -> bool:
         return self.procs[name].poll() is None

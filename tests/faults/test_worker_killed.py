@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 
 VISIBILITY_TIMEOUT_S = 10
 # Enough rounds that the cell takes several seconds: the kill must land mid-measurement.
-SLOW_TIMING = {"warmup_iters": 2, "rounds": 40, "min_rounds": 2, "iters_per_round": 5,
+SLOW_TIMING = {"warmup_iters": 2, "rounds": 20, "min_rounds": 2, "iters_per_round": 5,
                "bootstrap_resamples": 200}
 
 
