@@ -55,8 +55,9 @@ def die_with_supervisor() -> None:
 
     The child runs in its own session so that a timeout can kill its whole group, which
     also means a SIGKILLed worker does not take it along: it would go on measuring beside
-    the cell's next attempt on another worker of this machine, and disturb it. The parent
-    pid is checked after the request, in case the supervisor died before it was made.
+    the cell's next attempt on another worker of this machine, and disturb it. Then the
+    supervisor is checked to be alive, in case it died before the request was made (its
+    pid, not our parent's: a named interpreter may be a wrapper script that forks).
     """
     supervisor = os.environ.get(SUPERVISOR_ENV)
     if not supervisor or not sys.platform.startswith("linux"):
@@ -67,8 +68,12 @@ def die_with_supervisor() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
         return
-    if os.getppid() != int(supervisor):
+    try:
+        os.kill(int(supervisor), 0)
+    except ProcessLookupError:
         os._exit(1)
+    except (PermissionError, ValueError):
+        pass
 
 
 def _write_atomic(path: Path, text: str) -> None:
