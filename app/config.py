@@ -69,6 +69,14 @@ class Settings(BaseSettings):
     cell_timeout_seconds: int = Field(default=1800, ge=10)
     reconcile_after_seconds: int = Field(default=3600, ge=10)
     max_cell_attempts: int = Field(default=3, ge=1)
+    # Redis re-delivers a message its worker never acknowledged (the worker was SIGKILLed,
+    # its host died) after this long. None: derived from the task time limits, so that a
+    # cell still running is never handed to a second worker. Lower it only when every cell
+    # is known to finish sooner (tests): a cell that outlives it is run twice at once.
+    broker_visibility_timeout_seconds: int | None = Field(default=None, ge=1)
+    # How often beat runs the reconciler; None: a quarter of reconcile_after_seconds, at
+    # least 15 s.
+    reconcile_interval_seconds: float | None = Field(default=None, gt=0)
     # True: GET endpoints answer without a token; False: they need a token with `read` scope.
     public_reads: bool = True
     max_matrix_cells: int = Field(default=256, ge=1)
@@ -86,6 +94,10 @@ class Settings(BaseSettings):
     webhook_backoff_seconds: float = Field(default=2.0, ge=0)
     webhook_backoff_max_seconds: float = Field(default=300.0, ge=0)
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Deliveries have a queue of their own, consumed by its own worker
+    # (`speedwatch worker --queues webhooks`): a receiver that is slow or down then holds
+    # up other deliveries at worst, never a benchmark cell waiting for a worker.
+    webhook_queue: str = "webhooks"
     # `speedwatch serve`
     host: str = "127.0.0.1"
     port: int = 8000
@@ -121,7 +133,7 @@ class Settings(BaseSettings):
 
     def queue_names(self) -> list[str]:
         """All queues, for workers and the Celery app to declare explicitly."""
-        return sorted({self.cpu_queue, *self.gpu_queues.values()})
+        return sorted({self.cpu_queue, self.webhook_queue, *self.gpu_queues.values()})
 
 
 def _url_password(url: str) -> str | None:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 FAULT_ENV = "SPEEDWATCH_ALLOW_FAULTS"
 FAULTS = ("segfault", "hang", "oom", "raise")
+# Set by benchmarks.isolation to its own pid: the process this child must not outlive.
+SUPERVISOR_ENV = "SPEEDWATCH_SUPERVISOR_PID"
 
 
 def inject_fault(kind: str) -> None:
@@ -48,6 +50,32 @@ def inject_fault(kind: str) -> None:
     raise ValueError(f"_fault: {kind!r} is not one of {', '.join(FAULTS)}")
 
 
+def die_with_supervisor() -> None:
+    """Ask Linux to SIGKILL this process when the worker that started it dies.
+
+    The child runs in its own session so that a timeout can kill its whole group, which
+    also means a SIGKILLed worker does not take it along: it would go on measuring beside
+    the cell's next attempt on another worker of this machine, and disturb it. Then the
+    supervisor is checked to be alive, in case it died before the request was made (its
+    pid, not our parent's: a named interpreter may be a wrapper script that forks).
+    """
+    supervisor = os.environ.get(SUPERVISOR_ENV)
+    if not supervisor or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+        return
+    try:
+        os.kill(int(supervisor), 0)
+    except ProcessLookupError:
+        os._exit(1)
+    except (PermissionError, ValueError):
+        pass
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -59,6 +87,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m benchmarks.child SPEC.json OUT.json", file=sys.stderr)
         return 2
     spec_path, out_path = Path(argv[0]), Path(argv[1])
+    die_with_supervisor()
     # A native crash (segfault in a backend) then leaves a Python traceback in the stderr
     # tail the parent reports; the process still dies by the signal.
     faulthandler.enable()

@@ -6,6 +6,9 @@ session leader of a new session), so a timeout kills it together with anything i
 stderr go to one log file rather than a pipe: a chatty compiler cannot fill a pipe buffer
 and stall the child, and memory stays bounded however much it prints.
 
+The child asks the kernel to kill it when this process dies (`child.die_with_supervisor`):
+a worker that is SIGKILLed does not leave a benchmark running in a session of its own.
+
 This module imports neither torch nor the service: a worker process can supervise
 benchmarks in environments (`python=`) that it does not share.
 
@@ -260,6 +263,7 @@ def _run_one(
     child_env = dict(os.environ)
     if env:
         child_env.update(env)
+    child_env["SPEEDWATCH_SUPERVISOR_PID"] = str(os.getpid())  # see child.die_with_supervisor
     child_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (_PACKAGE_ROOT, child_env.get("PYTHONPATH", "")) if p
     )

@@ -31,7 +31,7 @@ DELIVER_WEBHOOK_TASK = "speedwatch.deliver_webhook"
 
 
 def queue_names(settings: Settings) -> list[str]:
-    """Every queue a worker may consume: the cpu queue and one per configured GPU class."""
+    """Every queue a worker may consume: cpu, webhooks and one per configured GPU class."""
     return settings.queue_names()
 
 
@@ -46,6 +46,30 @@ def time_limits(settings: Settings) -> tuple[float, float]:
     return soft, soft + 60.0
 
 
+def visibility_timeout(settings: Settings) -> int:
+    """Seconds after which Redis hands an unacknowledged message to another worker."""
+    if settings.broker_visibility_timeout_seconds is not None:
+        return settings.broker_visibility_timeout_seconds
+    return int(time_limits(settings)[1] * 2 + 300)
+
+
+def transport_options(settings: Settings) -> dict[str, int]:
+    """Redis transport options: the visibility timeout, and how often workers look for
+    messages whose worker died.
+
+    Every worker sweeps the unacknowledged set and puts back messages older than the
+    visibility timeout. kombu's default sweep runs about every 100 s; here it runs every
+    quarter of the timeout (1 to 60 s), so a message of a dead worker waits little longer
+    than the timeout itself.
+    """
+    timeout = visibility_timeout(settings)
+    return {
+        "visibility_timeout": timeout,
+        "unacked_restore_interval": max(1, min(60, timeout // 4)),
+        "unacked_restore_throttle": 1,
+    }
+
+
 def make_celery(settings: Settings | None = None) -> Celery:
     if settings is None:
         from app.config import get_settings
@@ -58,7 +82,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
         task_default_queue=settings.cpu_queue,
         task_create_missing_queues=False,
         task_routes={RECONCILE_TASK: {"queue": settings.cpu_queue},
-                     DELIVER_WEBHOOK_TASK: {"queue": settings.cpu_queue}},
+                     DELIVER_WEBHOOK_TASK: {"queue": settings.webhook_queue}},
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
@@ -70,7 +94,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=5,
-        broker_transport_options={"visibility_timeout": int(hard * 2 + 300)},
+        broker_transport_options=transport_options(settings),
         # Publishing happens inside an API request: fail fast so the caller can answer 503;
         # the reconciler enqueues again whatever was committed but never sent.
         task_publish_retry_policy={
@@ -81,7 +105,8 @@ def make_celery(settings: Settings | None = None) -> Celery:
         beat_schedule={
             "reconcile-stuck-cells": {
                 "task": RECONCILE_TASK,
-                "schedule": float(max(15, settings.reconcile_after_seconds // 4)),
+                "schedule": settings.reconcile_interval_seconds
+                or float(max(15, settings.reconcile_after_seconds // 4)),
             }
         },
     )

@@ -71,8 +71,10 @@ def _evidence_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> li
         b, a = before.get(key), after.get(key)
         name = _EVIDENCE_NAMES.get(key, key.replace("_", " "))
         if isinstance(b, Mapping) or isinstance(a, Mapping):
-            out += _count_change(name, b if isinstance(b, Mapping) else {},
-                                 a if isinstance(a, Mapping) else {})
+            before_counts, after_counts = _counts(b), _counts(a)
+            if before_counts is None or after_counts is None:
+                continue  # a record of settings or timings (evidence.timing), not counts
+            out += _count_change(name, before_counts, after_counts)
         elif isinstance(b, (list, tuple)) or isinstance(a, (list, tuple)):
             continue  # lists (e.g. graph break reasons) do not fit in five seconds
         elif b != a:
@@ -80,15 +82,21 @@ def _evidence_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> li
     return out
 
 
-def _count_change(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[
+def _counts(value: Any) -> Mapping[str, int] | None:
+    """A per-kind count map ({"Conv": 53, ...}; absent = empty), or None for any other map:
+    real evidence also holds maps of settings and timings (strings, floats, nested maps)."""
+    if not isinstance(value, Mapping):
+        return {}
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+        return value
+    return None
+
+
+def _count_change(name: str, before: Mapping[str, int], after: Mapping[str, int]) -> list[
         EvidenceChange]:
     """Totals of a per-kind count map, with the kind that moved most."""
-    def total(m: Mapping[str, Any]) -> int:
-        return sum(int(v) for v in m.values() if isinstance(v, (int, float)))
-
-    tb, ta = total(before), total(after)
-    deltas = {k: int(after.get(k, 0) or 0) - int(before.get(k, 0) or 0)
-              for k in set(before) | set(after)}
+    tb, ta = sum(before.values()), sum(after.values())
+    deltas = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
     moved = {k: d for k, d in deltas.items() if d}
     if not moved:
         return []

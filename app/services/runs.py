@@ -29,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
-from app.errors import Conflict, InvalidRequest, NotFound
+from app.errors import DATABASE_ERRORS, Conflict, InvalidRequest, NotFound
 from app.models import CELL_TERMINAL, Cell, Result, Run
 from app.schemas import MatrixIn, RunCreate
 from app.services.common import (
@@ -471,8 +471,18 @@ def finish_run_if_complete(session: Session, run_id: int) -> bool:
     run.status = "failed" if counts["failed"] else "done"
     run.started_at = run.started_at or now
     run.finished_at = now
-    with session.no_autoflush:  # one UPDATE of the run, after the hook, not two
-        on_run_finished(session, run_id)
+    try:
+        with session.begin_nested(), session.no_autoflush:
+            on_run_finished(session, run_id)
+    except DATABASE_ERRORS:
+        raise  # the store is unreachable: nothing finished, the caller's retry decides
+    except Exception as exc:
+        # A bug in judging must not leave the run running for ever: nothing would finish it
+        # again once its last cell is stored. It ends with verdict "error" and the reason.
+        log.exception("judging run %s failed", run_id)
+        run.verdict = "error"
+        run.reasons = [f"the verdict could not be computed ({type(exc).__name__}: "
+                       f"{_short(exc)}); the results are stored"]
     session.flush()
     return True
 

@@ -2,8 +2,9 @@
 
 The delivery rows are written in the same transaction that opens or resolves the
 regression, so an event is never lost and never announced before it is committed. Only
-after the commit are their ids handed to the executor (Celery task, a thread of the local
-executor, or nobody for "none"), so posting to a slow webhook never holds up a result.
+after the commit are their ids handed to the executor (Celery task on the webhook queue,
+which its own worker consumes; a thread of the local executor; or nobody for "none"), so
+posting to a slow webhook never holds up a result, nor a worker that measures cells.
 
 Each attempt is one POST; a connection error or a 5xx answer is worth retrying (with
 exponential backoff, up to `webhook_max_retries`), a 4xx is not (the receiver refuses the
@@ -80,7 +81,8 @@ def dispatch(delivery_ids: Sequence[int], settings: Settings) -> None:
 
         app = celery_for(settings)
         for delivery_id in delivery_ids:
-            app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id], queue=settings.cpu_queue)
+            app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id],
+                          queue=settings.webhook_queue)
     except Exception as exc:  # broker down: the rows stay pending, the event is not lost
         log.warning("webhook deliveries %s not dispatched: %s", list(delivery_ids), exc)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -149,3 +150,27 @@ def test_last_two_cells_landing_together_finish_the_run_exactly_once(
     session.expire_all()
     final = session.get(Run, run.id)
     assert final is not None and final.status == "done" and final.verdict == "pass"
+
+
+def test_a_run_whose_judging_breaks_still_finishes_with_an_error_verdict(
+    session: Session, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Injected failure: judging raised on real ONNX Runtime evidence once, and the run then
+    # stayed "running" for ever, since nothing finishes a run after its last cell.
+    def broken_judge(_session: Session, _run_id: int) -> list[object]:
+        raise TypeError("a bug in judging")
+
+    monkeypatch.setattr("app.services.detection.judge_run", broken_judge)
+    run = new_run(session, settings)
+    for cell in run.cells:
+        spec = run_service.claim_cell(session, cell.id)
+        assert spec is not None
+        run_service.record_result(session, cell.id, bench_result(spec))
+    assert run_service.finish_run_if_complete(session, run.id) is True
+    session.commit()
+    session.refresh(run)
+    assert (run.status, run.verdict) == ("done", "error")
+    assert run.reasons == ["the verdict could not be computed (TypeError: a bug in judging); "
+                           "the results are stored"]
+    assert session.scalar(select(func.count()).select_from(Result)
+                          .where(Result.run_id == run.id)) == 2

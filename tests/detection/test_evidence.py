@@ -48,3 +48,19 @@ def test_identical_results_say_so_and_plain_documents_work_too() -> None:
     before = {"evidence": {"trt_layer_count": 90}, "fingerprint": {"cuda": "12.4"}}
     after = {"evidence": {"trt_layer_count": 212}, "fingerprint": {"cuda": "12.6"}}
     assert evidence_sentence(before, after) == "engine layers 90 -> 212; cuda 12.4 -> 12.6"
+
+
+def test_maps_that_are_not_counts_are_left_out_instead_of_breaking_the_sentence() -> None:
+    # The shape of a real ONNX Runtime result's evidence (benchmarks.runner): next to the
+    # node counts sit maps of timings and settings, with strings, floats and nested maps.
+    def real(rounds: int, stopped_by: str, relu: int) -> dict[str, object]:
+        return {"evidence": {
+            "timing": {"rounds": rounds, "stopped_by": stopped_by, "timing_seconds": 0.33,
+                       "cuda_graphs": {"baseline": False, "candidate": False}},
+            "compile": {"compile_call_seconds": 0.87},
+            "baseline_accuracy": {"rel_l2": 0.0, "passed": True},
+            "onnx_node_counts": {"Conv": 20, "Relu": relu},
+        }}
+
+    assert evidence_sentence(real(3, "rounds", 17), real(5, "ci_width", 0)) == (
+        "onnx nodes 37 -> 20 (-17 Relu)")

@@ -36,7 +36,7 @@ def test_compose_runs_every_part_with_a_gpu_reserved_for_the_gpu_worker() -> Non
     proc = _config("--services")
     assert proc.returncode == 0, proc.stderr
     assert set(proc.stdout.split()) == {"postgres", "redis", "api", "beat", "worker-cpu",
-                                        "worker-gpu"}
+                                        "worker-hooks", "worker-gpu"}
     import yaml
 
     config = yaml.safe_load(_config().stdout)
@@ -44,7 +44,7 @@ def test_compose_runs_every_part_with_a_gpu_reserved_for_the_gpu_worker() -> Non
     assert "speedwatch migrate" in " ".join(services["api"]["command"])
     devices = services["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"] and devices[0]["driver"] == "nvidia"
-    for name in ("api", "beat", "worker-cpu", "worker-gpu"):
+    for name in ("api", "beat", "worker-cpu", "worker-hooks", "worker-gpu"):
         env = services[name]["environment"]
         assert env["SPEEDWATCH_EXECUTOR"] == "celery"
         assert env["SPEEDWATCH_ENVIRONMENT"] == "production"

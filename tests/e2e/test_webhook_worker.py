@@ -34,7 +34,7 @@ def test_a_worker_retries_a_flaky_receiver_until_delivered(
     receiver = Receiver(failures=2)
     env = {
         "SPEEDWATCH_BROKER_URL": BROKER, "SPEEDWATCH_EXECUTOR": "celery",
-        "SPEEDWATCH_CPU_QUEUE": queue,
+        "SPEEDWATCH_CPU_QUEUE": queue, "SPEEDWATCH_WEBHOOK_QUEUE": f"{queue}-hooks",
         "SPEEDWATCH_WEBHOOKS": json.dumps([{"url": receiver.url, "kind": "json"}]),
         "SPEEDWATCH_WEBHOOK_MAX_RETRIES": "3", "SPEEDWATCH_WEBHOOK_BACKOFF_SECONDS": "0.2",
     }
@@ -45,7 +45,8 @@ def test_a_worker_retries_a_flaky_receiver_until_delivered(
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker", "--queues", queue, "--concurrency", "1"],
+            [sys.executable, "-m", "app.cli", "worker", "--queues", f"{queue}-hooks",
+             "--concurrency", "1"],
             env={**os.environ}, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
     project = f"hooks-{secrets.token_hex(4)}"
@@ -74,7 +75,7 @@ def test_a_worker_retries_a_flaky_receiver_until_delivered(
         worker.wait(timeout=20)
         receiver.close()
         client = redis.Redis.from_url(BROKER)
-        client.delete(queue)
+        client.delete(f"{queue}-hooks")
         client.close()
     assert (delivery.status, delivery.attempt) == ("delivered", 3)
     assert [a["status_code"] for a in delivery.attempts_log] == [500, 500, 200]
