@@ -43,6 +43,9 @@ WeightsName = Annotated[str, _one_of(WEIGHTS), _enum(WEIGHTS)]
 PrecisionName = Annotated[str, _one_of(PRECISIONS), _enum(PRECISIONS)]
 ShapeModeName = Annotated[str, _one_of(SHAPE_MODES), _enum(SHAPE_MODES)]
 
+# Ids are PostgreSQL `integer`s: a larger number in a path or cursor is a 422, not a 500.
+ID_MAX = 2**31 - 1
+
 Label = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 ProjectName = Annotated[
     str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
