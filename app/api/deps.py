@@ -2,8 +2,9 @@
 
 SessionDep: a session on the app's engine (closed after the request; routes commit).
 CurrentToken: the bearer token if one was sent (a bad one is a 401 even where optional).
-CiToken: a token with the `ci` scope (writes). ReadAccess: a `read` token unless the server
-has public reads. RowIdPath and IdCursor: ids bounded to the store's integer range.
+CiToken: a token with the `ci` scope (writes). AdminToken: `admin` (token management).
+ReadAccess: a `read` token unless the server has public reads.
+RowIdPath, IdCursor: ids bounded to the store's integer range.
 """
 
 from __future__ import annotations
@@ -81,7 +82,12 @@ def require_read(token: CurrentToken, settings: SettingsDep) -> ApiToken | None:
     return _require(token, "read")
 
 
+def require_admin(token: CurrentToken) -> ApiToken:
+    return _require(token, "admin")
+
+
 CiToken = Annotated[ApiToken, Depends(require_ci)]
+AdminToken = Annotated[ApiToken, Depends(require_admin)]
 ReadAccess = Annotated[ApiToken | None, Depends(require_read)]
 
 RowIdPath = Annotated[int, Path(ge=1, le=ID_MAX)]
