@@ -44,7 +44,7 @@ def serve(
     """Run the API (OpenAPI docs at /docs)."""
     import uvicorn
 
-    settings = _settings_or_exit()
+    settings = settings_or_exit()
     if migrate_first is None:
         migrate_first = settings.database_url.startswith("sqlite")
     if migrate_first:
@@ -58,7 +58,7 @@ def serve(
 
 def migrate() -> None:
     """Upgrade the database schema to the newest revision (idempotent)."""
-    settings = _settings_or_exit()
+    settings = settings_or_exit()
     _migrate(settings.database_url)
     typer.echo("database schema is at head")
 
@@ -73,7 +73,8 @@ def _migrate(database_url: str) -> None:
         raise _fail(reason or f"migration failed: {exc}") from None
 
 
-def _settings_or_exit() -> Settings:
+def settings_or_exit() -> Settings:
+    """The settings, or exit 1 with the first problem in one line (no traceback)."""
     from pydantic import ValidationError
 
     from app.config import get_settings

@@ -2,8 +2,9 @@
 
 Every knob of the API, the store and the workers lives here so that a deployment is described
 by its environment alone. Settings that are only safe on a developer's machine (an embedded
-SQLite file, a placeholder password, anonymous reads of a local dev server) are refused when
-`environment` is "production", so a forgotten variable fails the start instead of shipping.
+SQLite file, a placeholder or empty password, the in-process executor, anonymous reads left
+at their default) are refused when `environment` is "production", so a forgotten variable
+fails the start instead of shipping.
 """
 
 from __future__ import annotations
@@ -111,10 +112,17 @@ class Settings(BaseSettings):
             problems.append("database_url: SQLite is the embedded default, not a production store")
         for name in ("database_url", "broker_url"):
             password = _url_password(getattr(self, name))
-            if password is not None and password.lower() in PLACEHOLDER_PASSWORDS:
+            if password == "":
+                problems.append(f"{name}: has an empty password")
+            elif password is not None and password.lower() in PLACEHOLDER_PASSWORDS:
                 problems.append(f"{name}: uses the placeholder password {password!r}")
         if self.executor == "local":
             problems.append("executor: 'local' runs benchmarks inside the API process")
+        if "public_reads" not in self.model_fields_set:
+            # The default suits a developer's machine; who may read a deployment's results
+            # is a decision, so it must be written down (true: anonymous GETs; false: a
+            # `read` token). Writes always need a token: there is no setting to open them.
+            problems.append("public_reads: set SPEEDWATCH_PUBLIC_READS to true or false")
         if problems:
             raise ValueError("refusing insecure production settings: " + "; ".join(problems))
         return self

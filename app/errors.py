@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 log = logging.getLogger(__name__)
@@ -128,3 +128,12 @@ def install_exception_handlers(app: FastAPI) -> None:
 
     for exc_type in DATABASE_ERRORS:
         app.add_exception_handler(exc_type, _database)
+
+    @app.exception_handler(DataError)
+    async def _data(_request: Request, exc: Exception) -> JSONResponse:
+        # The schemas bound what they can; this catches a value the store still refuses
+        # (a number beyond its column type, say): the client's input, so a 4xx, not a 500.
+        reason = database_reason(exc)
+        log.info("value refused by the database: %s", reason)
+        return JSONResponse(_error_body(f"a value is outside what the store accepts: {reason}"),
+                            status_code=422)

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 
 from app.api.middleware import BodySizeLimitMiddleware, Metrics, MetricsMiddleware
-from app.api.routes import compare, health, metrics, regressions, results, runs, series
+from app.api.routes import compare, health, metrics, regressions, results, runs, series, tokens
 from app.config import Settings, get_settings
 from app.db import make_engine
 from app.errors import install_exception_handlers
@@ -22,7 +22,8 @@ DESCRIPTION = """\
 Continuous performance-regression service for GPU inference: PyTorch eager against
 optimized backends (torch.compile, ONNX Runtime, TensorRT, Torch-TensorRT).
 
-Writes need a bearer token with the `ci` scope (`speedwatch token create --scope ci`);
+Writes need a bearer token with the `ci` scope (`speedwatch token create --scope ci`),
+token management the `admin` scope;
 reads need a `read` token unless the server has public reads. Errors are
 `{"detail": "...", "errors": [{"field", "message"}]}`; a database outage is a 503.
 """
@@ -50,6 +51,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
-    for module in (runs, results, series, compare, health, metrics, regressions):
+    for module in (runs, results, series, compare, health, metrics, regressions, tokens):
         app.include_router(module.router)
     return app

@@ -43,6 +43,9 @@ WeightsName = Annotated[str, _one_of(WEIGHTS), _enum(WEIGHTS)]
 PrecisionName = Annotated[str, _one_of(PRECISIONS), _enum(PRECISIONS)]
 ShapeModeName = Annotated[str, _one_of(SHAPE_MODES), _enum(SHAPE_MODES)]
 
+# Ids are PostgreSQL `integer`s: a larger number in a path or cursor is a 422, not a 500.
+ID_MAX = 2**31 - 1
+
 Label = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 ProjectName = Annotated[
     str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
@@ -329,3 +332,30 @@ class RegressionPublic(BaseModel):
 class RegressionListPublic(BaseModel):
     items: list[RegressionPublic]
     next_cursor: int | None = Field(description="pass as `cursor` for the next page")
+
+
+# ---- tokens (admin) -----------------------------------------------------------------------
+
+class TokenCreate(StrictModel):
+    scope: Literal["read", "ci", "admin"]
+    name: str | None = Field(default=None, min_length=1, max_length=100,
+                             pattern=r"^[^\x00-\x1f\x7f]+$")
+
+
+class TokenPublic(PublicModel):
+    """A token's record; its value is never part of it (only its hash is stored)."""
+
+    id: int
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenCreatedPublic(TokenPublic):
+    token: str = Field(description="the bearer token; shown this once, store it now")
+
+
+class TokenListPublic(BaseModel):
+    items: list[TokenPublic]

@@ -26,10 +26,13 @@ def worker(
     hostname: str = typer.Option("", "--hostname", "-n", help="Worker node name."),
 ) -> None:
     """Start a Celery worker that runs benchmark cells from the given queues."""
-    from app.config import get_settings
+    from app.cli_service import settings_or_exit
+
+    # Before importing the Celery app, which reads the settings too: insecure production
+    # settings end here with one line instead of a traceback.
+    settings = settings_or_exit()
     from workers.celery_app import celery_app, queue_names
 
-    settings = get_settings()
     wanted = [q.strip() for q in queues.split(",") if q.strip()] or [settings.cpu_queue]
     known = queue_names(settings)
     unknown = [q for q in wanted if q not in known]
@@ -57,6 +60,9 @@ def beat(
     import os
     import tempfile
 
+    from app.cli_service import settings_or_exit
+
+    settings_or_exit()
     from workers.celery_app import celery_app
 
     path = schedule or os.path.join(tempfile.gettempdir(), "speedwatch-celerybeat-schedule")

@@ -2,8 +2,9 @@
 
 SessionDep: a session on the app's engine (closed after the request; routes commit).
 CurrentToken: the bearer token if one was sent (a bad one is a 401 even where optional).
-CiToken: a token with the `ci` scope (writes). ReadAccess: a `read` token unless the server
-has public reads.
+CiToken: a token with the `ci` scope (writes). AdminToken: `admin` (token management).
+ReadAccess: a `read` token unless the server has public reads.
+RowIdPath, IdCursor: ids bounded to the store's integer range.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.errors import Forbidden, Unauthorized
 from app.models import ApiToken
+from app.schemas import ID_MAX
 from app.services.tokens import authenticate, has_scope
 
 
@@ -80,5 +82,15 @@ def require_read(token: CurrentToken, settings: SettingsDep) -> ApiToken | None:
     return _require(token, "read")
 
 
+def require_admin(token: CurrentToken) -> ApiToken:
+    return _require(token, "admin")
+
+
 CiToken = Annotated[ApiToken, Depends(require_ci)]
+AdminToken = Annotated[ApiToken, Depends(require_admin)]
 ReadAccess = Annotated[ApiToken | None, Depends(require_read)]
+
+RowIdPath = Annotated[int, Path(ge=1, le=ID_MAX)]
+IdCursor = Annotated[
+    int | None, Query(ge=1, le=ID_MAX, description="next_cursor of the previous page")
+]

@@ -24,6 +24,7 @@ SAFE_PRODUCTION: dict[str, Any] = {
     "environment": "production",
     "database_url": "postgresql://speedwatch:s3cr3t-from-vault@db:5432/speedwatch",
     "executor": "celery",
+    "public_reads": False,
 }
 
 
@@ -37,6 +38,7 @@ def test_production_with_real_settings_starts() -> None:
      "placeholder password 'postgres'"),
     ({"broker_url": "redis://:changeme@redis:6379/0"}, "broker_url: uses the placeholder"),
     ({"executor": "local"}, "executor: 'local'"),
+    ({"database_url": "postgresql://speedwatch:@db/speedwatch"}, "has an empty password"),
 ])
 def test_production_refuses_placeholder_and_embedded_settings(
     override: dict[str, str], reason: str
@@ -64,3 +66,48 @@ def test_plain_postgresql_urls_use_psycopg3() -> None:
     assert normalize_database_url("postgresql://u:p%40ss@h:5432/db") == (
         "postgresql+psycopg://u:p%40ss@h:5432/db")
     assert normalize_database_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_production_needs_an_explicit_decision_on_anonymous_reads() -> None:
+    unset = {k: v for k, v in SAFE_PRODUCTION.items() if k != "public_reads"}
+    with pytest.raises(ValidationError) as caught:
+        Settings(**unset)
+    assert "public_reads: set SPEEDWATCH_PUBLIC_READS" in str(caught.value)
+    assert Settings(**unset, public_reads=True).public_reads is True
+
+
+def test_production_reads_the_decision_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in SAFE_PRODUCTION.items():
+        monkeypatch.setenv(f"SPEEDWATCH_{key.upper()}", str(value))
+    assert Settings().public_reads is False
+
+
+INSECURE_PRODUCTION = {
+    "SPEEDWATCH_ENVIRONMENT": "production",
+    "SPEEDWATCH_DATABASE_URL": "postgresql://speedwatch:changethis@127.0.0.1:1/speedwatch",
+    "SPEEDWATCH_EXECUTOR": "celery",
+    "SPEEDWATCH_PUBLIC_READS": "false",
+}
+
+
+@pytest.mark.parametrize("command", [["serve"], ["worker"], ["beat"], ["migrate"]])
+def test_services_refuse_to_start_on_a_placeholder_secret_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+    from app.config import get_settings
+
+    for key, value in INSECURE_PRODUCTION.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(cli, command)
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 1, result.output
+    assert "placeholder password 'changethis'" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1

@@ -54,3 +54,21 @@ def test_compose_refuses_to_start_without_a_database_password() -> None:
     proc = _config("-q", password=None)
     assert proc.returncode != 0
     assert "POSTGRES_PASSWORD" in proc.stderr
+
+
+def test_compose_environment_passes_the_production_settings_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The settings the compose file gives the services start in production as they are."""
+    import yaml
+
+    from app.config import Settings
+
+    services = yaml.safe_load(_config().stdout)["services"]
+    for name in ("api", "beat", "worker-cpu", "worker-gpu"):
+        for key in [k for k in os.environ if k.startswith("SPEEDWATCH_")]:
+            monkeypatch.delenv(key)
+        for key, value in services[name]["environment"].items():
+            monkeypatch.setenv(key, str(value))
+        settings = Settings()
+        assert settings.environment == "production" and settings.public_reads is False

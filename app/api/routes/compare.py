@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import ReadAccess, SessionDep
 from app.api.presenters import error_responses, speedup_public
-from app.schemas import ComparePublic, CompareRowPublic
+from app.schemas import ID_MAX, ComparePublic, CompareRowPublic
 from app.services.series import compare_runs
 
 router = APIRouter(prefix="/api/v1/compare", tags=["compare"])
@@ -22,8 +22,8 @@ router = APIRouter(prefix="/api/v1/compare", tags=["compare"])
 def compare(
     session: SessionDep,
     _access: ReadAccess,
-    base: Annotated[int, Query(ge=1, description="run id of the reference")],
-    head: Annotated[int, Query(ge=1, description="run id to judge")],
+    base: Annotated[int, Query(ge=1, le=ID_MAX, description="run id of the reference")],
+    head: Annotated[int, Query(ge=1, le=ID_MAX, description="run id to judge")],
 ) -> ComparePublic:
     """`change` is relative (head/base - 1); `ci_overlap` false means the two speedup CIs are
     disjoint, the first sign of a real change (detection decides the verdict)."""

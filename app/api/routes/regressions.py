@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import CiToken, ReadAccess, SessionDep
+from app.api.deps import CiToken, IdCursor, ReadAccess, RowIdPath, SessionDep
 from app.api.presenters import error_responses
 from app.models import Regression
 from app.schemas import RegressionListPublic, RegressionPublic
@@ -50,8 +50,7 @@ def list_regressions(
     project: Annotated[str | None, Query(max_length=100)] = None,
     series: Annotated[str | None, Query(max_length=300, description="series key")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[int | None, Query(ge=1, description="next_cursor of the previous page")]
-    = None,
+    cursor: IdCursor = None,
 ) -> RegressionListPublic:
     page, next_cursor = service.list_regressions(
         session, status=status, project=project, series_key=series, limit=limit, cursor=cursor)
@@ -62,7 +61,7 @@ def list_regressions(
 @router.get("/{regression_id}", response_model=RegressionPublic,
             responses={**error_responses(404), **ERRORS}, summary="One regression")
 def get_regression(
-    regression_id: int, session: SessionDep, _access: ReadAccess
+    regression_id: RowIdPath, session: SessionDep, _access: ReadAccess
 ) -> RegressionPublic:
     return regression_public(service.get_regression(session, regression_id))
 
@@ -76,7 +75,7 @@ def _move(session: SessionDep, regression_id: int, to: str, by: str) -> Regressi
 @router.post("/{regression_id}/acknowledge", response_model=RegressionPublic,
              responses={**error_responses(404, 409), **ERRORS},
              summary="Acknowledge an open regression (ci scope)")
-def acknowledge(regression_id: int, session: SessionDep, token: CiToken) -> RegressionPublic:
+def acknowledge(regression_id: RowIdPath, session: SessionDep, token: CiToken) -> RegressionPublic:
     """open -> acknowledged, recording the token's name; 409 from any other status."""
     return _move(session, regression_id, "acknowledged", token.name)
 
@@ -84,6 +83,6 @@ def acknowledge(regression_id: int, session: SessionDep, token: CiToken) -> Regr
 @router.post("/{regression_id}/resolve", response_model=RegressionPublic,
              responses={**error_responses(404, 409), **ERRORS},
              summary="Resolve a regression by hand (ci scope)")
-def resolve(regression_id: int, session: SessionDep, token: CiToken) -> RegressionPublic:
+def resolve(regression_id: RowIdPath, session: SessionDep, token: CiToken) -> RegressionPublic:
     """open or acknowledged -> resolved; 409 if it is already resolved."""
     return _move(session, regression_id, "resolved", token.name)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session, load_only
 
-from app.api.deps import CiToken, ReadAccess, SessionDep, SettingsDep
+from app.api.deps import CiToken, IdCursor, ReadAccess, RowIdPath, SessionDep, SettingsDep
 from app.api.presenters import error_responses, run_detail, run_public
 from app.errors import ServiceUnavailable
 from app.models import Cell, Project, Result, Run
@@ -85,7 +85,7 @@ def create_run(
     responses={**error_responses(404), **ERRORS},
     summary="A run: status, per-cell progress, verdict once done",
 )
-def get_run(run_id: int, session: SessionDep, _access: ReadAccess) -> RunDetailPublic:
+def get_run(run_id: RowIdPath, session: SessionDep, _access: ReadAccess) -> RunDetailPublic:
     return _detail(session, run_service.get_run(session, run_id))
 
 
@@ -97,8 +97,7 @@ def list_runs(
     status: Literal["queued", "running", "done", "failed"] | None = None,
     branch: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[int | None, Query(ge=1, description="next_cursor of the previous page")]
-    = None,
+    cursor: IdCursor = None,
 ) -> RunListPublic:
     query = select(Run)
     if project is not None:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import ReadAccess, SessionDep
 from app.api.presenters import error_responses, point_public, series_public
-from app.schemas import SeriesListPublic, SeriesPointsPublic
+from app.schemas import ID_MAX, SeriesListPublic, SeriesPointsPublic
 from app.services import series as series_service
 
 router = APIRouter(prefix="/api/v1/series", tags=["series"])
@@ -26,7 +26,7 @@ def list_series(
     backend: Annotated[str | None, Query(max_length=50)] = None,
     weights: Annotated[str | None, Query(max_length=20)] = None,
     precision: Annotated[str | None, Query(max_length=20)] = None,
-    batch_size: Annotated[int | None, Query(ge=1)] = None,
+    batch_size: Annotated[int | None, Query(ge=1, le=ID_MAX)] = None,
     shape_mode: Annotated[str | None, Query(max_length=20)] = None,
     device_class: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 100,
