@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session, aliased
 
 from app.errors import NotFound
@@ -127,6 +127,44 @@ def series_points(
         query.order_by(Result.created_at.desc(), Result.id.desc()).limit(limit)
     ).all()
     return [_point(row) for row in reversed(rows)]
+
+
+AXES = ("model", "backend", "weights", "precision", "batch_size", "shape_mode", "device_class")
+
+
+def axis_values(session: Session) -> dict[str, list[Any]]:
+    """The distinct values of each series axis (the dashboard's filter choices)."""
+    out: dict[str, list[Any]] = {}
+    for axis in AXES:
+        column = getattr(Series, axis)
+        out[axis] = list(session.scalars(select(column).distinct().order_by(column)))
+    return out
+
+
+def recent_speedups(
+    session: Session, series_ids: list[int], *, per_series: int
+) -> dict[int, list[float]]:
+    """The newest `per_series` ok speedups of each series, oldest first (sparklines): one
+    windowed query for the whole page instead of one query per series."""
+    if not series_ids:
+        return {}
+    rank = func.row_number().over(
+        partition_by=Result.series_id, order_by=(Result.created_at.desc(), Result.id.desc())
+    ).label("rank")
+    ranked = (
+        select(Result.series_id, Result.speedup, rank)
+        .where(Result.series_id.in_(series_ids), Result.status == "ok")
+        .subquery()
+    )
+    rows = session.execute(
+        select(ranked.c.series_id, ranked.c.speedup)
+        .where(ranked.c.rank <= per_series)
+        .order_by(ranked.c.series_id, ranked.c.rank.desc())
+    ).all()
+    out: dict[int, list[float]] = {series_id: [] for series_id in series_ids}
+    for series_id, speedup in rows:
+        out[series_id].append(speedup)
+    return out
 
 
 @dataclass(frozen=True)
