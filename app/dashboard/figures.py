@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from app.detection.changepoints import ChangePoint
-from app.services.series import Point
+from app.services.series import Bucket, Point
 
 # Weight representation -> colour (constant and tensor must be told apart at a glance).
 WEIGHT_COLOURS = {"constant": "#1f77b4", "tensor": "#d62728", "refit": "#2ca02c"}
@@ -35,10 +37,57 @@ class Chart:
 
 @dataclass(frozen=True)
 class SeriesTrace:
-    """One series' points on the series page (the page's own series or its sibling)."""
+    """One series' points on the series page (the page's own series or its sibling): the
+    newest raw points, and before them the older history summarised in buckets."""
 
     label: str  # the weight representation: the axis that differs between overlaid series
     points: Sequence[Point]
+    older: Sequence[Bucket] = ()
+
+    @cached_property
+    def entries(self) -> list[_Entry]:
+        return _entries(self)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A point or a bucket, as the chart draws it."""
+
+    x: str
+    created_at: datetime
+    speedup: float
+    ci_low: float
+    ci_high: float
+    baseline_ms: float | None
+    candidate_ms: float | None
+    when: str
+    what: str  # versions, or how many results a bucket summarises
+    run: str
+
+
+def _entries(trace: SeriesTrace) -> list[_Entry]:
+    """The trace's buckets, then its points (SeriesTrace.entries caches this: the speedup
+    and the latency figure draw the same entries)."""
+    out = []
+    versions: dict[tuple[tuple[str, str], ...], str] = {}
+    for b in trace.older:
+        x = (b.first_revision if b.first_revision == b.last_revision
+             else f"{b.first_revision}…{b.last_revision}")
+        out.append(_Entry(
+            x, b.first_created_at, b.speedup_mean, b.ci_low_min, b.ci_high_max,
+            b.baseline_median_ms_mean, b.candidate_median_ms_mean,
+            f"{b.first_created_at:%Y-%m-%d} to {b.last_created_at:%Y-%m-%d}",
+            f"mean of {b.count} results (older history, summarised)", "-"))
+    for p in trace.points:
+        items = tuple(sorted(p.installed_versions.items()))
+        text = versions.get(items)
+        if text is None:
+            text = versions[items] = versions_text(p.installed_versions)
+        out.append(_Entry(
+            p.revision, p.created_at, p.speedup, p.ci_low, p.ci_high, p.baseline_median_ms,
+            p.candidate_median_ms, p.created_at.strftime("%Y-%m-%d %H:%M UTC"), text,
+            f"run {p.run_id}"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -76,15 +125,15 @@ def versions_text(versions: dict[str, str]) -> str:
     return ", ".join(f"{name} {version}" for name, version in sorted(versions.items())) or "n/a"
 
 
-def _revision_order(traces: Sequence[SeriesTrace]) -> list[str]:
-    """Revisions ordered by when they were first measured, across every trace, so overlaid
+def _revision_order(entries: Sequence[Sequence[_Entry]]) -> list[str]:
+    """x labels ordered by when they were first measured, across every trace, so overlaid
     series share one x axis even when one of them skipped a revision."""
-    first_seen: dict[str, Any] = {}
-    for trace in traces:
-        for p in trace.points:
-            if p.revision not in first_seen or p.created_at < first_seen[p.revision]:
-                first_seen[p.revision] = p.created_at
-    return sorted(first_seen, key=lambda revision: first_seen[revision])
+    first_seen: dict[str, datetime] = {}
+    for trace in entries:
+        for e in trace:
+            if e.x not in first_seen or e.created_at < first_seen[e.x]:
+                first_seen[e.x] = e.created_at
+    return sorted(first_seen, key=lambda x: first_seen[x])
 
 
 def speedup_figure(
@@ -99,32 +148,29 @@ def speedup_figure(
         return Chart(None, "no measured points yet: this series has no result with status ok")
     data: list[Figure] = []
     by_result: dict[int, tuple[str, Point]] = {}
-    for index, trace in enumerate(traces):
-        if not trace.points:
+    all_entries = [t.entries for t in traces]
+    for index, (trace, entries) in enumerate(zip(traces, all_entries, strict=True)):
+        if not entries:
             continue
         colour = _colour(trace.label, index)
-        x = [p.revision for p in trace.points]
-        data.append({"type": "scatter", "x": x, "y": [p.ci_high for p in trace.points],
+        x = [e.x for e in entries]
+        data.append({"type": "scatter", "x": x, "y": [e.ci_high for e in entries],
                      "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip",
                      "showlegend": False, "legendgroup": trace.label})
-        data.append({"type": "scatter", "x": x, "y": [p.ci_low for p in trace.points],
+        data.append({"type": "scatter", "x": x, "y": [e.ci_low for e in entries],
                      "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
                      "fillcolor": _rgba(colour, 0.18), "hoverinfo": "skip",
                      "name": f"{trace.label}: 95% CI", "legendgroup": trace.label})
         data.append({
-            "type": "scatter", "x": x, "y": [p.speedup for p in trace.points],
-            "mode": "lines+markers" if len(trace.points) <= MARKER_LIMIT else "lines",
+            "type": "scatter", "x": x, "y": [e.speedup for e in entries],
+            "mode": "lines+markers" if len(entries) <= MARKER_LIMIT else "lines",
             "name": f"weights {trace.label}", "legendgroup": trace.label,
             "line": {"color": colour, "width": 2}, "marker": {"size": 6, "color": colour},
-            "customdata": [
-                [p.created_at.strftime("%Y-%m-%d %H:%M"), versions_text(p.installed_versions),
-                 p.ci_low, p.ci_high, p.run_id]
-                for p in trace.points
-            ],
+            "customdata": [[e.when, e.what, e.ci_low, e.ci_high, e.run] for e in entries],
             "hovertemplate": (
                 f"<b>weights {trace.label}</b><br>revision %{{x}}<br>speedup %{{y:.3f}}x "
                 "(CI %{customdata[2]:.3f}-%{customdata[3]:.3f})<br>%{customdata[1]}<br>"
-                "%{customdata[0]} UTC, run %{customdata[4]}<extra></extra>"
+                "%{customdata[0]}, %{customdata[4]}<extra></extra>"
             ),
         })
         for p in trace.points:
@@ -152,7 +198,7 @@ def speedup_figure(
                             "text": f"change {cp.relative_change:+.1%}"})
     layout = _layout(
         xaxis={"title": {"text": "revision"}, "type": "category",
-               "categoryorder": "array", "categoryarray": _revision_order(traces),
+               "categoryorder": "array", "categoryarray": _revision_order(all_entries),
                "gridcolor": "#eeeeee"},
         yaxis={"title": {"text": "speedup over eager (x)"}, "gridcolor": "#eeeeee",
                "rangemode": "tozero"},
@@ -164,17 +210,17 @@ def speedup_figure(
 def latency_figure(traces: Sequence[SeriesTrace]) -> Chart:
     """The two raw latencies (eager and optimized medians) per weight representation."""
     data: list[Figure] = []
-    for index, trace in enumerate(traces):
-        points = [p for p in trace.points
-                  if p.baseline_median_ms is not None and p.candidate_median_ms is not None]
-        if not points:
+    all_entries = [t.entries for t in traces]
+    for index, (trace, entries) in enumerate(zip(traces, all_entries, strict=True)):
+        drawn = [e for e in entries if e.baseline_ms is not None and e.candidate_ms is not None]
+        if not drawn:
             continue
         colour = _colour(trace.label, index)
-        x = [p.revision for p in points]
-        mode = "lines+markers" if len(points) <= MARKER_LIMIT else "lines"
+        x = [e.x for e in drawn]
+        mode = "lines+markers" if len(drawn) <= MARKER_LIMIT else "lines"
         for side, values, dash in (
-            ("eager", [p.baseline_median_ms for p in points], "dot"),
-            ("optimized", [p.candidate_median_ms for p in points], "solid"),
+            ("eager", [e.baseline_ms for e in drawn], "dot"),
+            ("optimized", [e.candidate_ms for e in drawn], "solid"),
         ):
             data.append({
                 "type": "scatter", "x": x, "y": values, "mode": mode,
@@ -188,7 +234,7 @@ def latency_figure(traces: Sequence[SeriesTrace]) -> Chart:
         return Chart(None, "no latencies stored for this series")
     layout = _layout(
         xaxis={"title": {"text": "revision"}, "type": "category", "categoryorder": "array",
-               "categoryarray": _revision_order(traces), "gridcolor": "#eeeeee"},
+               "categoryarray": _revision_order(all_entries), "gridcolor": "#eeeeee"},
         yaxis={"title": {"text": "median latency (ms)"}, "gridcolor": "#eeeeee",
                "rangemode": "tozero"},
         height=420,

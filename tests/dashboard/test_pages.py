@@ -153,3 +153,18 @@ def test_a_chart_without_points_says_why() -> None:
     assert chart.figure is None
     assert chart.empty_reason and "no measured points yet" in chart.empty_reason
     assert figures.sparkline_svg([1.5]) == ""
+
+
+def test_a_long_history_draws_its_newest_points_raw_and_older_ones_as_bucket_means(
+        pages: TestClient, seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.dashboard import routes
+
+    monkeypatch.setattr(routes, "SERIES_POINT_LIMIT", 10)
+    monkeypatch.setattr(routes, "HISTORY_BUCKETS", 3)
+    page = pages.get(f"/series/{seeded.steady_key}").text
+    assert "the 6 older ones as means of consecutive groups" in html(page)
+    line = next(t for t in figure(page, "series-chart")["data"]
+                if t.get("name") == "weights constant")
+    assert line["x"] == ["r100…r101", "r102…r103", "r104…r105",
+                         *(f"r{n}" for n in range(106, 116))]
+    assert line["customdata"][0][1] == "mean of 2 results (older history, summarised)"
