@@ -432,8 +432,8 @@ def demo(
             print_run(run, run_url)
             outcome["code"] = exit_code_for(run)
             if not exit_when_done:
-                typer.echo(f"demo: serving results at {run_url} (dashboard: coming; see "
-                           "issue 5); Ctrl-C to stop", err=True)
+                typer.echo(f"demo: dashboard at {base}/runs/{run['id']} (overview: {base}/); "
+                           f"results as JSON at {run_url}; Ctrl-C to stop", err=True)
         except ClientError as exc:
             typer.echo(f"error: {exc}", err=True)
         except Exception as exc:  # the thread must report, not die silently

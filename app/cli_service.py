@@ -51,7 +51,7 @@ def serve(
         _migrate(settings.database_url)
     bind_host = host or settings.host
     bind_port = port or settings.port
-    typer.echo(f"speedwatch API on http://{bind_host}:{bind_port} (docs: /docs)")
+    typer.echo(f"speedwatch on http://{bind_host}:{bind_port}: dashboard at /, API docs at /docs")
     uvicorn.run("app.main:create_app", factory=True, host=bind_host, port=bind_port,
                 workers=workers, log_level="info")
 

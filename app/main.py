@@ -15,6 +15,7 @@ from sqlalchemy.orm import sessionmaker
 from app.api.middleware import BodySizeLimitMiddleware, Metrics, MetricsMiddleware
 from app.api.routes import compare, health, metrics, regressions, results, runs, series, tokens
 from app.config import Settings, get_settings
+from app.dashboard import routes as dashboard
 from app.db import make_engine
 from app.errors import install_exception_handlers
 
@@ -53,4 +54,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens):
         app.include_router(module.router)
+    app.include_router(dashboard.router)  # the web pages, at / (issue 5)
     return app

@@ -26,11 +26,11 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from app.config import Settings, get_settings
 from app.errors import DATABASE_ERRORS, Conflict, InvalidRequest, NotFound
-from app.models import CELL_TERMINAL, Cell, Result, Run
+from app.models import CELL_TERMINAL, Cell, Project, Result, Run
 from app.schemas import MatrixIn, RunCreate
 from app.services.common import (
     canonical_environment,
@@ -524,3 +524,39 @@ def run_summary_counts(session: Session, run_ids: list[int]) -> dict[int, Counte
     for run_id, status, count in rows:
         out[run_id][status] = count
     return out
+
+
+def run_cells(
+    session: Session, run_id: int, *, result_fields: tuple[str, ...] | None = None
+) -> list[tuple[Cell, Result | None]]:
+    """The run's cells in order, each with its result (None while it has none).
+
+    `result_fields` loads only those result columns: CI polls the run, and a result row
+    also holds raw samples that a summary does not need.
+    """
+    query = (
+        select(Cell, Result).outerjoin(Result, Result.cell_id == Cell.id)
+        .where(Cell.run_id == run_id).order_by(Cell.id)
+    )
+    if result_fields is not None:
+        query = query.options(load_only(*(getattr(Result, f) for f in result_fields)))
+    return [(cell, result) for cell, result in session.execute(query).all()]
+
+
+def list_runs(
+    session: Session, *, project: str | None = None, status: str | None = None,
+    branch: str | None = None, limit: int = 50, cursor: int | None = None,
+) -> tuple[list[Run], int | None]:
+    """Newest first; returns (page, next cursor)."""
+    query = select(Run)
+    if project is not None:
+        query = query.join(Project, Project.id == Run.project_id).where(Project.name == project)
+    if status is not None:
+        query = query.where(Run.status == status)
+    if branch is not None:
+        query = query.where(Run.branch == branch)
+    if cursor is not None:
+        query = query.where(Run.id < cursor)
+    found = list(session.scalars(query.order_by(Run.id.desc()).limit(limit + 1)).unique())
+    page = found[:limit]
+    return page, (page[-1].id if len(found) > limit else None)

@@ -7,12 +7,13 @@ correlated index probe per series of the page, not a scan of all results.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import Text, and_, case, cast, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from app.errors import NotFound
@@ -53,13 +54,26 @@ class Point:
 POINT_COLUMNS = (
     Result.id, Result.run_id, Run.revision, Run.branch, Result.created_at, Result.speedup,
     Result.ci_low, Result.ci_high, Result.baseline_median_ms, Result.candidate_median_ms,
-    Result.accuracy_passed, Result.installed_versions,
+    Result.accuracy_passed,
+    # As text, decoded once per distinct value (_points): a series' versions change a few
+    # times in thousands of points, and the driver's per-row JSON decoding was a third of
+    # the time of a 10k-point read.
+    cast(Result.installed_versions, Text),
 )
 
 
-def _point(values: Sequence[Any]) -> Point:
-    """A row of POINT_COLUMNS (status 'ok', so the speedup columns are not NULL)."""
-    return Point(*values)
+def _points(rows: Sequence[Sequence[Any]]) -> list[Point]:
+    """Rows of POINT_COLUMNS (status 'ok', so the speedup columns are not NULL)."""
+    decoded: dict[str | None, dict[str, str]] = {}
+    out = []
+    for (result_id, run_id, revision, branch, created_at, speedup, ci_low, ci_high,
+         baseline_ms, candidate_ms, accuracy_passed, versions_text) in rows:
+        versions = decoded.get(versions_text)
+        if versions is None:
+            versions = decoded[versions_text] = json.loads(versions_text or "{}") or {}
+        out.append(Point(result_id, run_id, revision, branch, created_at, speedup, ci_low,
+                         ci_high, baseline_ms, candidate_ms, accuracy_passed, dict(versions)))
+    return out
 
 
 def _latest_ok_result_id() -> object:
@@ -98,7 +112,8 @@ def _latest_points(session: Session, series_ids: list[int]) -> dict[int, Point]:
         .join(Run, Run.id == Result.run_id)
         .where(Series.id.in_(series_ids))
     ).all()
-    return {row[0]: _point(row[1:]) for row in rows}
+    points = _points([row[1:] for row in rows])
+    return {row[0]: point for row, point in zip(rows, points, strict=True)}
 
 
 def get_series(session: Session, key: str) -> Series:
@@ -126,7 +141,100 @@ def series_points(
     rows = session.execute(
         query.order_by(Result.created_at.desc(), Result.id.desc()).limit(limit)
     ).all()
-    return [_point(row) for row in reversed(rows)]
+    return _points(rows[::-1])
+
+
+AXES = ("model", "backend", "weights", "precision", "batch_size", "shape_mode", "device_class")
+
+
+def axis_values(session: Session) -> dict[str, list[Any]]:
+    """The distinct values of each series axis (the dashboard's filter choices)."""
+    out: dict[str, list[Any]] = {}
+    for axis in AXES:
+        column = getattr(Series, axis)
+        out[axis] = list(session.scalars(select(column).distinct().order_by(column)))
+    return out
+
+
+def recent_speedups(
+    session: Session, series_ids: list[int], *, per_series: int
+) -> dict[int, list[float]]:
+    """The newest `per_series` ok speedups of each series, oldest first (sparklines): one
+    windowed query for the whole page instead of one query per series."""
+    if not series_ids:
+        return {}
+    rank = func.row_number().over(
+        partition_by=Result.series_id, order_by=(Result.created_at.desc(), Result.id.desc())
+    ).label("rank")
+    ranked = (
+        select(Result.series_id, Result.speedup, rank)
+        .where(Result.series_id.in_(series_ids), Result.status == "ok")
+        .subquery()
+    )
+    rows = session.execute(
+        select(ranked.c.series_id, ranked.c.speedup)
+        .where(ranked.c.rank <= per_series)
+        .order_by(ranked.c.series_id, ranked.c.rank.desc())
+    ).all()
+    out: dict[int, list[float]] = {series_id: [] for series_id in series_ids}
+    for series_id, speedup in rows:
+        out[series_id].append(speedup)
+    return out
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Consecutive ok results of a series summarised: the dashboard draws the long tail of
+    a history this way, so a page with 10k points stays fast (the raw points stay in the
+    store and the API)."""
+
+    first_revision: str
+    last_revision: str
+    first_created_at: datetime
+    last_created_at: datetime
+    count: int
+    speedup_mean: float
+    ci_low_min: float
+    ci_high_max: float
+    baseline_median_ms_mean: float | None
+    candidate_median_ms_mean: float | None
+
+
+def history_buckets(
+    session: Session, series: Series, *, before: Point, buckets: int
+) -> list[Bucket]:
+    """The ok results older than `before`, in `buckets` groups of consecutive results
+    (oldest first), each with its mean speedup and the envelope of its CIs. One query: the
+    grouping (ntile) and the first/last revision of each group are window functions."""
+    older = or_(Result.created_at < before.created_at,
+                and_(Result.created_at == before.created_at, Result.id < before.result_id))
+    order = (Result.created_at, Result.id)
+    numbered = (
+        select(Result.created_at, Result.speedup, Result.ci_low, Result.ci_high,
+               Result.baseline_median_ms, Result.candidate_median_ms, Run.revision,
+               Result.id, func.ntile(buckets).over(order_by=order).label("bucket"))
+        .join(Run, Run.id == Result.run_id)
+        .where(Result.series_id == series.id, Result.status == "ok", older)
+        .subquery()
+    )
+    ranked = select(
+        numbered,
+        func.row_number().over(partition_by=numbered.c.bucket,
+                               order_by=(numbered.c.created_at, numbered.c.id)).label("up"),
+        func.row_number().over(partition_by=numbered.c.bucket,
+                               order_by=(numbered.c.created_at.desc(), numbered.c.id.desc())
+                               ).label("down"),
+    ).subquery()
+    c = ranked.c
+    rows = session.execute(
+        select(
+            func.max(case((c.up == 1, c.revision))), func.max(case((c.down == 1, c.revision))),
+            func.min(c.created_at), func.max(c.created_at), func.count(), func.avg(c.speedup),
+            func.min(c.ci_low), func.max(c.ci_high), func.avg(c.baseline_median_ms),
+            func.avg(c.candidate_median_ms),
+        ).group_by(c.bucket).order_by(c.bucket)
+    ).all()
+    return [Bucket(*row) for row in rows]
 
 
 @dataclass(frozen=True)

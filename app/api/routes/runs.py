@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
-from sqlalchemy import select
-from sqlalchemy.orm import Session, load_only
+from sqlalchemy.orm import Session
 
 from app.api.deps import CiToken, IdCursor, ReadAccess, RowIdPath, SessionDep, SettingsDep
 from app.api.presenters import error_responses, run_detail, run_public
 from app.errors import ServiceUnavailable
-from app.models import Cell, Project, Result, Run
+from app.models import Run
 from app.schemas import (
     ResultSummaryPublic,
     RunCreate,
@@ -27,13 +26,8 @@ ERRORS = error_responses(401, 403, 422, 503)
 
 
 def _detail(session: Session, run: Run) -> RunDetailPublic:
-    rows = session.execute(
-        select(Cell, Result).outerjoin(Result, Result.cell_id == Cell.id)
-        .where(Cell.run_id == run.id).order_by(Cell.id)
-        # the summary only: CI polls this, and a result row also holds its raw samples
-        .options(load_only(*(getattr(Result, f) for f in ResultSummaryPublic.model_fields)))
-    ).all()
-    cells = [(cell, result) for cell, result in rows]
+    cells = run_service.run_cells(
+        session, run.id, result_fields=tuple(ResultSummaryPublic.model_fields))
     counts = run_service.cell_counts(session, run.id)
     return run_detail(run, counts, cells)
 
@@ -99,19 +93,10 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: IdCursor = None,
 ) -> RunListPublic:
-    query = select(Run)
-    if project is not None:
-        query = query.join(Project, Project.id == Run.project_id).where(Project.name == project)
-    if status is not None:
-        query = query.where(Run.status == status)
-    if branch is not None:
-        query = query.where(Run.branch == branch)
-    if cursor is not None:
-        query = query.where(Run.id < cursor)
-    found = list(session.scalars(query.order_by(Run.id.desc()).limit(limit + 1)).unique())
-    page = found[:limit]
+    page, next_cursor = run_service.list_runs(
+        session, project=project, status=status, branch=branch, limit=limit, cursor=cursor)
     counts = run_service.run_summary_counts(session, [r.id for r in page])
     return RunListPublic(
         items=[run_public(r, counts[r.id]) for r in page],
-        next_cursor=page[-1].id if len(found) > limit else None,
+        next_cursor=next_cursor,
     )

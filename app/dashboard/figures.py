@@ -1,0 +1,365 @@
+"""Plotly figures (as plain JSON-ready dicts) and sparklines for the dashboard pages.
+
+Each builder returns a `Chart`: the figure, or the reason there is none, so a page can say
+why a chart is empty instead of showing blank axes. Figures are plain dicts rather than
+plotly.graph_objects: validating 10k points through graph_objects costs more than the whole
+page budget, and the browser's Plotly.js only needs the JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from app.detection.changepoints import ChangePoint
+from app.services.series import Bucket, Point
+
+# Weight representation -> colour (constant and tensor must be told apart at a glance).
+WEIGHT_COLOURS = {"constant": "#1f77b4", "tensor": "#d62728", "refit": "#2ca02c"}
+FALLBACK_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+REGRESSION_COLOUR = "#c0392b"
+IMPROVEMENT_COLOUR = "#27ae60"
+NEUTRAL_COLOUR = "#7f8c8d"
+# Above this many points a trace is drawn as a line without markers (SVG stays responsive).
+MARKER_LIMIT = 400
+
+Figure = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Chart:
+    figure: Figure | None
+    empty_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SeriesTrace:
+    """One series' points on the series page (the page's own series or its sibling): the
+    newest raw points, and before them the older history summarised in buckets."""
+
+    label: str  # the weight representation: the axis that differs between overlaid series
+    points: Sequence[Point]
+    older: Sequence[Bucket] = ()
+
+    @cached_property
+    def entries(self) -> list[_Entry]:
+        return _entries(self)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A point or a bucket, as the chart draws it."""
+
+    x: str
+    created_at: datetime
+    speedup: float
+    ci_low: float
+    ci_high: float
+    baseline_ms: float | None
+    candidate_ms: float | None
+    when: str
+    what: str  # versions, or how many results a bucket summarises
+    run: str
+
+
+def _entries(trace: SeriesTrace) -> list[_Entry]:
+    """The trace's buckets, then its points (SeriesTrace.entries caches this: the speedup
+    and the latency figure draw the same entries)."""
+    out = []
+    versions: dict[tuple[tuple[str, str], ...], str] = {}
+    for b in trace.older:
+        x = (b.first_revision if b.first_revision == b.last_revision
+             else f"{b.first_revision}…{b.last_revision}")
+        out.append(_Entry(
+            x, b.first_created_at, b.speedup_mean, b.ci_low_min, b.ci_high_max,
+            b.baseline_median_ms_mean, b.candidate_median_ms_mean,
+            f"{b.first_created_at:%Y-%m-%d} to {b.last_created_at:%Y-%m-%d}",
+            f"mean of {b.count} results (older history, summarised)", "-"))
+    for p in trace.points:
+        items = tuple(sorted(p.installed_versions.items()))
+        text = versions.get(items)
+        if text is None:
+            text = versions[items] = versions_text(p.installed_versions)
+        out.append(_Entry(
+            p.revision, p.created_at, p.speedup, p.ci_low, p.ci_high, p.baseline_median_ms,
+            p.candidate_median_ms, p.created_at.strftime("%Y-%m-%d %H:%M UTC"), text,
+            f"run {p.run_id}"))
+    return out
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A regression opened by one result: drawn on that point."""
+
+    result_id: int
+    status: str
+    text: str
+
+
+def _colour(label: str, index: int) -> str:
+    return WEIGHT_COLOURS.get(label, FALLBACK_COLOURS[index % len(FALLBACK_COLOURS)])
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _layout(**extra: Any) -> Figure:
+    layout: Figure = {
+        "margin": {"l": 60, "r": 20, "t": 30, "b": 60},
+        "hovermode": "closest",
+        "plot_bgcolor": "#ffffff",
+        "paper_bgcolor": "#ffffff",
+        "font": {"family": "system-ui, sans-serif", "size": 12},
+        "legend": {"orientation": "h", "y": 1.08, "x": 0},
+    }
+    layout.update(extra)
+    return layout
+
+
+def versions_text(versions: dict[str, str]) -> str:
+    return ", ".join(f"{name} {version}" for name, version in sorted(versions.items())) or "n/a"
+
+
+def _revision_order(entries: Sequence[Sequence[_Entry]]) -> list[str]:
+    """x labels ordered by when they were first measured, across every trace, so overlaid
+    series share one x axis even when one of them skipped a revision."""
+    first_seen: dict[str, datetime] = {}
+    for trace in entries:
+        for e in trace:
+            if e.x not in first_seen or e.created_at < first_seen[e.x]:
+                first_seen[e.x] = e.created_at
+    return sorted(first_seen, key=lambda x: first_seen[x])
+
+
+def speedup_figure(
+    traces: Sequence[SeriesTrace],
+    *,
+    change_points: Sequence[tuple[str, ChangePoint]] = (),
+    markers: Sequence[Marker] = (),
+) -> Chart:
+    """Speedup per revision with its CI band; one line per weight representation; change
+    points as dashed lines; regressions as marked points (hover: revision, versions, date)."""
+    if not any(t.points for t in traces):
+        return Chart(None, "no measured points yet: this series has no result with status ok")
+    data: list[Figure] = []
+    by_result: dict[int, tuple[str, Point]] = {}
+    all_entries = [t.entries for t in traces]
+    for index, (trace, entries) in enumerate(zip(traces, all_entries, strict=True)):
+        if not entries:
+            continue
+        colour = _colour(trace.label, index)
+        x = [e.x for e in entries]
+        data.append({"type": "scatter", "x": x, "y": [e.ci_high for e in entries],
+                     "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip",
+                     "showlegend": False, "legendgroup": trace.label})
+        data.append({"type": "scatter", "x": x, "y": [e.ci_low for e in entries],
+                     "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
+                     "fillcolor": _rgba(colour, 0.18), "hoverinfo": "skip",
+                     "name": f"{trace.label}: 95% CI", "legendgroup": trace.label})
+        data.append({
+            "type": "scatter", "x": x, "y": [e.speedup for e in entries],
+            "mode": "lines+markers" if len(entries) <= MARKER_LIMIT else "lines",
+            "name": f"weights {trace.label}", "legendgroup": trace.label,
+            "line": {"color": colour, "width": 2}, "marker": {"size": 6, "color": colour},
+            "customdata": [[e.when, e.what, e.ci_low, e.ci_high, e.run] for e in entries],
+            "hovertemplate": (
+                f"<b>weights {trace.label}</b><br>revision %{{x}}<br>speedup %{{y:.3f}}x "
+                "(CI %{customdata[2]:.3f}-%{customdata[3]:.3f})<br>%{customdata[1]}<br>"
+                "%{customdata[0]}, %{customdata[4]}<extra></extra>"
+            ),
+        })
+        for p in trace.points:
+            by_result[p.result_id] = (trace.label, p)
+    marked = [(m, by_result[m.result_id]) for m in markers if m.result_id in by_result]
+    if marked:
+        data.append({
+            "type": "scatter", "mode": "markers", "name": "regression",
+            "x": [p.revision for _, (_, p) in marked], "y": [p.speedup for _, (_, p) in marked],
+            "marker": {"symbol": "x-thin-open", "size": 18, "color": REGRESSION_COLOUR,
+                       "line": {"width": 3, "color": REGRESSION_COLOUR}},
+            "text": [f"regression ({m.status}), weights {label}: {m.text}"
+                     for m, (label, _) in marked],
+            "hovertemplate": "%{text}<extra></extra>",
+        })
+    shapes: list[Figure] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
+                             "line": {"color": "#999999", "width": 1, "dash": "dot"}}]
+    annotations: list[Figure] = []
+    for label, cp in change_points:
+        colour = REGRESSION_COLOUR if cp.direction == "regression" else IMPROVEMENT_COLOUR
+        shapes.append({"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": label,
+                       "x1": label, "line": {"color": colour, "width": 1.5, "dash": "dash"}})
+        annotations.append({"x": label, "yref": "paper", "y": 1.0, "yanchor": "bottom",
+                            "showarrow": False, "font": {"color": colour, "size": 11},
+                            "text": f"change {cp.relative_change:+.1%}"})
+    layout = _layout(
+        xaxis={"title": {"text": "revision"}, "type": "category",
+               "categoryorder": "array", "categoryarray": _revision_order(all_entries),
+               "gridcolor": "#eeeeee"},
+        yaxis={"title": {"text": "speedup over eager (x)"}, "gridcolor": "#eeeeee",
+               "rangemode": "tozero"},
+        shapes=shapes, annotations=annotations, height=420,
+    )
+    return Chart({"data": data, "layout": layout})
+
+
+def latency_figure(traces: Sequence[SeriesTrace]) -> Chart:
+    """The two raw latencies (eager and optimized medians) per weight representation."""
+    data: list[Figure] = []
+    all_entries = [t.entries for t in traces]
+    for index, (trace, entries) in enumerate(zip(traces, all_entries, strict=True)):
+        drawn = [e for e in entries if e.baseline_ms is not None and e.candidate_ms is not None]
+        if not drawn:
+            continue
+        colour = _colour(trace.label, index)
+        x = [e.x for e in drawn]
+        mode = "lines+markers" if len(drawn) <= MARKER_LIMIT else "lines"
+        for side, values, dash in (
+            ("eager", [e.baseline_ms for e in drawn], "dot"),
+            ("optimized", [e.candidate_ms for e in drawn], "solid"),
+        ):
+            data.append({
+                "type": "scatter", "x": x, "y": values, "mode": mode,
+                "name": f"{side} (weights {trace.label})",
+                "line": {"color": colour, "dash": dash, "width": 2},
+                "marker": {"size": 5, "color": colour},
+                "hovertemplate": (f"{side}, weights {trace.label}<br>revision %{{x}}<br>"
+                                  "median %{y:.3f} ms<extra></extra>"),
+            })
+    if not data:
+        return Chart(None, "no latencies stored for this series")
+    layout = _layout(
+        xaxis={"title": {"text": "revision"}, "type": "category", "categoryorder": "array",
+               "categoryarray": _revision_order(all_entries), "gridcolor": "#eeeeee"},
+        yaxis={"title": {"text": "median latency (ms)"}, "gridcolor": "#eeeeee",
+               "rangemode": "tozero"},
+        height=420,
+    )
+    return Chart({"data": data, "layout": layout})
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A labelled speedup with its CI and a status colour (overview, run and compare)."""
+
+    label: str
+    speedup: float
+    ci_low: float
+    ci_high: float
+    status: str  # "ok" | "regression" | "acknowledged" ...
+
+
+def estimates_figure(estimates: Sequence[Estimate], *, empty_reason: str) -> Chart:
+    """Latest speedups as dots with CI whiskers, one row per label; 1x marked."""
+    if not estimates:
+        return Chart(None, empty_reason)
+    colours = [REGRESSION_COLOUR if e.status in ("regression", "open") else
+               "#e67e22" if e.status == "acknowledged" else "#1f77b4" for e in estimates]
+    data = [{
+        "type": "scatter", "mode": "markers", "orientation": "h",
+        "y": [e.label for e in estimates], "x": [e.speedup for e in estimates],
+        "error_x": {"type": "data", "symmetric": False,
+                    "array": [e.ci_high - e.speedup for e in estimates],
+                    "arrayminus": [e.speedup - e.ci_low for e in estimates],
+                    "color": "#555555", "thickness": 1.2},
+        "marker": {"size": 9, "color": colours},
+        "customdata": [[e.ci_low, e.ci_high, e.status] for e in estimates],
+        "hovertemplate": ("%{y}<br>speedup %{x:.3f}x (CI %{customdata[0]:.3f}-"
+                          "%{customdata[1]:.3f})<br>%{customdata[2]}<extra></extra>"),
+        "showlegend": False,
+    }]
+    layout = _layout(
+        xaxis={"title": {"text": "speedup over eager (x), 95% CI"}, "gridcolor": "#eeeeee",
+               "rangemode": "tozero"},
+        yaxis={"automargin": True, "autorange": "reversed", "type": "category"},
+        shapes=[{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": 1, "x1": 1,
+                 "line": {"color": "#999999", "width": 1, "dash": "dot"}}],
+        height=max(220, 60 + 26 * len(estimates)),
+        margin={"l": 20, "r": 20, "t": 20, "b": 50},
+    )
+    return Chart({"data": data, "layout": layout})
+
+
+@dataclass(frozen=True)
+class Change:
+    label: str
+    change: float  # head / base - 1
+    significant: bool
+
+
+def changes_figure(changes: Sequence[Change], *, empty_reason: str) -> Chart:
+    """Relative speedup change per series; coloured only where the CIs are disjoint."""
+    if not changes:
+        return Chart(None, empty_reason)
+    colours = [
+        (IMPROVEMENT_COLOUR if c.change > 0 else REGRESSION_COLOUR) if c.significant
+        else NEUTRAL_COLOUR for c in changes
+    ]
+    data = [{
+        "type": "bar", "orientation": "h", "y": [c.label for c in changes],
+        "x": [c.change * 100 for c in changes], "marker": {"color": colours},
+        "text": ["significant" if c.significant else "within noise" for c in changes],
+        "hovertemplate": "%{y}<br>change %{x:+.1f}%<br>%{text}<extra></extra>",
+        "textposition": "none",
+    }]
+    layout = _layout(
+        xaxis={"title": {"text": "speedup change, head vs base (%)"}, "gridcolor": "#eeeeee",
+               "zeroline": True, "zerolinecolor": "#999999"},
+        yaxis={"automargin": True, "autorange": "reversed", "type": "category"},
+        height=max(220, 60 + 26 * len(changes)),
+        margin={"l": 20, "r": 20, "t": 20, "b": 50},
+    )
+    return Chart({"data": data, "layout": layout})
+
+
+def magnitudes_figure(labels: Sequence[str], magnitudes: Sequence[float],
+                      statuses: Sequence[str], *, empty_reason: str) -> Chart:
+    """How large each listed regression is (relative speedup drop)."""
+    if not labels:
+        return Chart(None, empty_reason)
+    colours = [REGRESSION_COLOUR if s == "open" else "#e67e22" if s == "acknowledged"
+               else NEUTRAL_COLOUR for s in statuses]
+    data = [{
+        "type": "bar", "orientation": "h", "y": list(labels),
+        "x": [m * 100 for m in magnitudes], "marker": {"color": colours},
+        "customdata": list(statuses),
+        "hovertemplate": "%{y}<br>%{x:+.1f}% (%{customdata})<extra></extra>",
+    }]
+    layout = _layout(
+        xaxis={"title": {"text": "speedup change when opened (%)"}, "gridcolor": "#eeeeee",
+               "zeroline": True, "zerolinecolor": "#999999"},
+        yaxis={"automargin": True, "autorange": "reversed", "type": "category"},
+        height=max(170, 90 + 30 * len(labels)), bargap=0.45,
+        margin={"l": 20, "r": 20, "t": 20, "b": 50},
+    )
+    return Chart({"data": data, "layout": layout})
+
+
+def sparkline_svg(values: Sequence[float], *, width: int = 120, height: int = 28,
+                  colour: str = "#1f77b4") -> str:
+    """A tiny inline SVG of the newest speedups (numbers only, so the markup is safe);
+    the dotted line is 1x when it falls in range."""
+    if len(values) < 2:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or max(abs(high) * 0.05, 1e-9)
+    pad = 2
+
+    def y(v: float) -> float:
+        return pad + (height - 2 * pad) * (1 - (v - low) / span)
+
+    step = (width - 2 * pad) / (len(values) - 1)
+    coords = " ".join(f"{pad + i * step:.1f},{y(v):.1f}" for i, v in enumerate(values))
+    one = ""
+    if low <= 1.0 <= high:
+        one = (f'<line x1="0" x2="{width}" y1="{y(1.0):.1f}" y2="{y(1.0):.1f}" '
+               'stroke="#bbbbbb" stroke-dasharray="2,2" stroke-width="1"/>')
+    return (f'<svg class="sparkline" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="recent speedups">{one}'
+            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}"/>'
+            f'<circle cx="{pad + (len(values) - 1) * step:.1f}" cy="{y(values[-1]):.1f}" '
+            f'r="2.5" fill="{colour}"/></svg>')

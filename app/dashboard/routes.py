@@ -1,0 +1,409 @@
+"""The dashboard's pages: overview, series, compare, runs, one run, regressions.
+
+Server-rendered with Jinja2 on the same services as the API (no SQL of its own), charts
+drawn by Plotly.js, which the app serves from the installed `plotly` package so the pages
+work offline. Reads follow the API's rule: open when the server has public reads, else a
+`read` token, which the page's token field keeps in a cookie. Writes (acknowledge, resolve)
+go from the page's JavaScript to the API with the token as a bearer header.
+
+Errors (unknown series or run, bad query, missing token) are HTML pages with the reason,
+never a JSON body or a traceback in the browser.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.routing import APIRoute
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
+
+from app.api.deps import SessionDep, SettingsDep
+from app.detection.changepoints import ChangePoint, SeriesError, detect_change_points
+from app.errors import (
+    DATABASE_ERRORS,
+    Forbidden,
+    InvalidRequest,
+    SpeedwatchError,
+    Unauthorized,
+    database_reason,
+)
+from app.models import RUN_TERMINAL, Regression, Result, Run, Series
+from app.services import regressions as regression_service
+from app.services import runs as run_service
+from app.services import series as series_service
+from app.services.series import Point, SeriesFilter
+from app.services.tokens import authenticate, has_scope
+
+from . import figures
+
+HERE = Path(__file__).resolve().parent
+TOKEN_COOKIE = "speedwatch_token"
+OVERVIEW_LIMIT = 500
+SPARKLINE_POINTS = 30
+# The series page draws this many of the newest points raw and the older history in
+# HISTORY_BUCKETS means (the API serves every raw point): 10k raw points made the page
+# 2.5 MB and its p95 740 ms on this machine (scripts/bench_dashboard.py).
+SERIES_POINT_LIMIT = 1_000
+HISTORY_BUCKETS = 250
+# Change points are searched in the newest points only: the search is O(n^2) and the recent
+# history is where a person looks for what changed.
+CHANGEPOINT_WINDOW = 500
+RUN_LIST_LIMIT = 100
+REGRESSION_LIST_LIMIT = 100
+TRIGGER_HINT = ("speedwatch submit --url URL --token TOKEN --project P --revision R "
+                "--model resnet50 --backend onnxruntime --wait")
+
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+def _speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _when(value: Any) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _json_script(value: Any) -> Markup:
+    """JSON safe inside <script type="application/json">: no '<', '>' or '&' survive."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return Markup(text)
+
+
+templates.env.filters.update(speedup=_speedup, pct=_pct, when=_when, json_script=_json_script)
+templates.env.globals["TRIGGER_HINT"] = TRIGGER_HINT
+
+
+def _page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, context, status_code=status_code)
+
+
+def error_page(request: Request, status_code: int, message: str) -> HTMLResponse:
+    titles = {401: "Token needed", 403: "Not allowed", 404: "Not found", 409: "Conflict",
+              422: "Bad request", 503: "Unavailable"}
+    return _page(request, "error.html", status_code=status_code,
+                 title=titles.get(status_code, "Error"), message=message,
+                 needs_token=status_code in (401, 403))
+
+
+class PageRoute(APIRoute):
+    """A route whose errors are HTML pages (the API's handlers answer JSON)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def page_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except SpeedwatchError as exc:
+                return error_page(request, exc.status_code, exc.message)
+            except RequestValidationError as exc:
+                detail = "; ".join(
+                    f"{'.'.join(str(p) for p in e.get('loc', ())[1:])}: {e.get('msg')}"
+                    for e in exc.errors())
+                return error_page(request, 422, detail or "invalid request")
+            except DATABASE_ERRORS as exc:
+                return error_page(request, 503, f"database unavailable: {database_reason(exc)}")
+
+        return page_handler
+
+
+def page_access(request: Request, session: SessionDep, settings: SettingsDep) -> None:
+    """Reads are open with public reads; otherwise the token cookie must have `read`."""
+    if settings.public_reads:
+        return
+    plaintext = request.cookies.get(TOKEN_COOKIE)
+    if not plaintext:
+        raise Unauthorized("this server has no public reads: paste a token with the 'read' "
+                           "scope into the token field above, then reload")
+    token = authenticate(session, plaintext)
+    if token is None:
+        raise Unauthorized("the saved token is invalid or revoked: paste another one")
+    if not has_scope(token, "read"):
+        raise Forbidden(f"token {token.name!r} lacks the 'read' scope")
+
+
+PageAccess = Annotated[None, Depends(page_access)]
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False,
+                   default_response_class=HTMLResponse)
+
+
+# ---- assets --------------------------------------------------------------------------------
+
+def _plotly_js() -> Path:
+    return Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
+
+
+@router.get("/static/plotly.min.js")
+def plotly_js() -> FileResponse:
+    return FileResponse(_plotly_js(), media_type="text/javascript",
+                        headers={"Cache-Control": "public, max-age=86400"})
+
+
+@router.get("/static/dashboard.{name}")
+def dashboard_asset(name: str) -> FileResponse:
+    media = {"js": "text/javascript", "css": "text/css"}
+    if name not in media:
+        raise InvalidRequest("path", f"no asset dashboard.{name}")
+    return FileResponse(HERE / "static" / f"dashboard.{name}", media_type=media[name],
+                        headers={"Cache-Control": "no-cache"})
+
+
+# ---- overview ------------------------------------------------------------------------------
+
+STATUS_ORDER = {"regression": 0, "acknowledged": 1, "ok": 2, "no data": 3}
+
+
+@dataclass(frozen=True)
+class OverviewRow:
+    series: Series
+    latest: Point | None
+    status: str  # a key of STATUS_ORDER
+    regression: Regression | None
+    sparkline: Markup
+
+
+def _active_regressions(session: SessionDep) -> dict[str, Regression]:
+    """Series key -> its active regression (an open one wins over an acknowledged one)."""
+    out: dict[str, Regression] = {}
+    for status in ("acknowledged", "open"):
+        page, _ = regression_service.list_regressions(session, status=status, limit=500)
+        for regression in page:
+            out[regression.series.key] = regression
+    return out
+
+
+def _filters(values: dict[str, str | None]) -> SeriesFilter:
+    clean = {k: (v or None) for k, v in values.items()}
+    batch = clean.pop("batch_size")
+    if batch is not None and not batch.isdigit():
+        raise InvalidRequest("batch_size", f"{batch!r} is not a whole number")
+    return SeriesFilter(batch_size=int(batch) if batch else None, **clean)
+
+
+@router.get("/")
+def overview(
+    request: Request,
+    session: SessionDep,
+    _access: PageAccess,
+    model: Annotated[str | None, Query(max_length=100)] = None,
+    backend: Annotated[str | None, Query(max_length=50)] = None,
+    weights: Annotated[str | None, Query(max_length=20)] = None,
+    precision: Annotated[str | None, Query(max_length=20)] = None,
+    batch_size: Annotated[str | None, Query(max_length=10)] = None,
+    shape_mode: Annotated[str | None, Query(max_length=20)] = None,
+    device_class: Annotated[str | None, Query(max_length=100)] = None,
+) -> HTMLResponse:
+    selected = {"model": model, "backend": backend, "weights": weights, "precision": precision,
+                "batch_size": batch_size, "shape_mode": shape_mode,
+                "device_class": device_class}
+    filters = _filters(selected)
+    found = series_service.list_series(session, filters, limit=OVERVIEW_LIMIT + 1)
+    truncated = len(found) > OVERVIEW_LIMIT
+    found = found[:OVERVIEW_LIMIT]
+    active = _active_regressions(session)
+    sparks = series_service.recent_speedups(session, [s.id for s, _ in found],
+                                            per_series=SPARKLINE_POINTS)
+    rows = []
+    for series, latest in found:
+        regression = active.get(series.key)
+        if regression is not None:
+            status = "regression" if regression.status == "open" else "acknowledged"
+        else:
+            status = "ok" if latest is not None else "no data"
+        colour = figures.REGRESSION_COLOUR if status == "regression" else "#1f77b4"
+        spark = figures.sparkline_svg(sparks.get(series.id, []), colour=colour)
+        rows.append(OverviewRow(series, latest, status, regression, Markup(spark)))
+    rows.sort(key=lambda r: (STATUS_ORDER[r.status], r.series.key))
+    chart = figures.estimates_figure(
+        [figures.Estimate(r.series.key, r.latest.speedup, r.latest.ci_low, r.latest.ci_high,
+                          r.status)
+         for r in rows if r.latest is not None],
+        empty_reason="no series has a measured point yet",
+    )
+    any_series = bool(rows) or any(v for v in selected.values())
+    return _page(request, "overview.html", rows=rows, chart=chart, truncated=truncated,
+                 limit=OVERVIEW_LIMIT, axes=series_service.axis_values(session),
+                 selected=selected, any_series=any_series,
+                 counts={s: sum(1 for r in rows if r.status == s) for s in STATUS_ORDER})
+
+
+# ---- series --------------------------------------------------------------------------------
+
+def _siblings(session: SessionDep, series: Series) -> list[Series]:
+    """The series that differ from this one only in weight representation."""
+    same = SeriesFilter(model=series.model, backend=series.backend, precision=series.precision,
+                        batch_size=series.batch_size, shape_mode=series.shape_mode,
+                        device_class=series.device_class)
+    return [s for s, _ in series_service.list_series(session, same, limit=10)
+            if s.id != series.id]
+
+
+def _change_points(points: Sequence[Point]) -> list[tuple[str, ChangePoint]]:
+    window = points[-CHANGEPOINT_WINDOW:]
+    try:
+        found = detect_change_points([p.speedup for p in window])
+    except SeriesError:
+        return []
+    return [(window[cp.index].revision, cp) for cp in found]
+
+
+@router.get("/series/{key:path}")
+def series_page(
+    key: str, request: Request, session: SessionDep, _access: PageAccess,
+) -> HTMLResponse:
+    series = series_service.get_series(session, key)
+    ordered = [series, *sorted(_siblings(session, series), key=lambda s: s.weights)]
+    traces: list[figures.SeriesTrace] = []
+    regressions: list[Regression] = []
+    change_points: list[tuple[str, ChangePoint]] = []
+    change_rows: list[tuple[str, str, ChangePoint]] = []
+    for member in ordered:
+        points = series_service.series_points(session, member, limit=SERIES_POINT_LIMIT)
+        older = series_service.history_buckets(
+            session, member, before=points[0], buckets=HISTORY_BUCKETS,
+        ) if len(points) == SERIES_POINT_LIMIT else []
+        traces.append(figures.SeriesTrace(member.weights, points, older))
+        page, _ = regression_service.list_regressions(session, series_key=member.key,
+                                                      limit=REGRESSION_LIST_LIMIT)
+        regressions.extend(page)
+        found = _change_points(points)
+        change_points.extend(found)
+        change_rows.extend((member.weights, revision, cp) for revision, cp in found)
+    markers = [figures.Marker(r.opened_by_result_id, r.status, r.evidence) for r in regressions]
+    speedup_chart = figures.speedup_figure(traces, change_points=change_points, markers=markers)
+    latency_chart = figures.latency_figure(traces)
+    own = traces[0].points
+    return _page(
+        request, "series.html", series=series, siblings=ordered[1:],
+        latest=own[-1] if own else None,
+        point_count=len(own), point_limit=SERIES_POINT_LIMIT,
+        summarised=sum(b.count for b in traces[0].older),
+        speedup_chart=speedup_chart, latency_chart=latency_chart,
+        regressions=sorted(regressions, key=lambda r: r.id, reverse=True),
+        change_rows=change_rows, changepoint_window=CHANGEPOINT_WINDOW,
+        recent=list(reversed(own[-20:])),
+    )
+
+
+# ---- compare -------------------------------------------------------------------------------
+
+@router.get("/compare")
+def compare_page(
+    request: Request,
+    session: SessionDep,
+    _access: PageAccess,
+    base: Annotated[int | None, Query(ge=1)] = None,
+    head: Annotated[int | None, Query(ge=1)] = None,
+) -> HTMLResponse:
+    runs, _ = run_service.list_runs(session, limit=RUN_LIST_LIMIT)
+    finished = [r for r in runs if r.status in RUN_TERMINAL]
+    if base is None and head is None and len(finished) >= 2:
+        base, head = finished[1].id, finished[0].id
+    context: dict[str, Any] = {"runs": runs, "base": base, "head": head, "rows": [],
+                               "comparison": None}
+    if base is not None and head is not None:
+        comparison = series_service.compare_runs(session, base, head)
+        rows = sorted(comparison.rows, key=lambda r: r.change)
+        context.update(
+            comparison=comparison, rows=rows,
+            base_run=run_service.get_run(session, base),
+            head_run=run_service.get_run(session, head),
+            chart=figures.changes_figure(
+                [figures.Change(r.series_key, r.change, not r.ci_overlap) for r in rows],
+                empty_reason="the two runs share no series with a measured point",
+            ),
+        )
+    elif base is not None or head is not None:
+        raise InvalidRequest("base" if base is None else "head",
+                             "compare needs both a base and a head run")
+    return _page(request, "compare.html", **context)
+
+
+# ---- runs ----------------------------------------------------------------------------------
+
+@router.get("/runs")
+def runs_page(request: Request, session: SessionDep, _access: PageAccess) -> HTMLResponse:
+    runs, _ = run_service.list_runs(session, limit=RUN_LIST_LIMIT)
+    counts = run_service.run_summary_counts(session, [r.id for r in runs])
+    return _page(request, "runs.html", runs=runs, counts=counts, limit=RUN_LIST_LIMIT)
+
+
+def _flat(mapping: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """A nested JSON object as (dotted name, text) pairs, for fingerprints and evidence."""
+    out: list[tuple[str, str]] = []
+    for name, value in sorted((mapping or {}).items()):
+        if isinstance(value, dict):
+            out.extend((f"{name}.{k}", v) for k, v in _flat(value))
+        elif isinstance(value, float):
+            out.append((name, f"{value:.4g}"))
+        else:
+            out.append((name, str(value)))
+    return out
+
+
+@router.get("/runs/{run_id}")
+def run_page(
+    run_id: int, request: Request, session: SessionDep, _access: PageAccess,
+) -> HTMLResponse:
+    run: Run = run_service.get_run(session, run_id)
+    cells = run_service.run_cells(session, run.id)
+    counts = run_service.cell_counts(session, run.id)
+    results: list[Result] = [r for _, r in cells if r is not None]
+    fingerprint = next((r.fingerprint for r in results if r.fingerprint), {})
+    estimates = []
+    for cell, result in cells:
+        if result is None or result.speedup is None:
+            continue
+        assert result.ci_low is not None and result.ci_high is not None
+        verdict = (cell.judgement or {}).get("verdict", "ok")
+        estimates.append(figures.Estimate(cell.series_key, result.speedup, result.ci_low,
+                                          result.ci_high, verdict))
+    chart = figures.estimates_figure(
+        estimates, empty_reason="no cell has a measured speedup yet" if run.status not in
+        RUN_TERMINAL else "no cell of this run produced a speedup (see the reasons below)")
+    total = sum(counts.values())
+    finished = sum(counts[s] for s in ("done", "failed", "skipped"))
+    return _page(
+        request, "run.html", run=run, cells=[
+            {"cell": c, "result": r, "evidence": _flat(r.evidence if r else None)}
+            for c, r in cells],
+        counts=counts, total=total, finished=finished, live=run.status not in RUN_TERMINAL,
+        fingerprint=_flat({k: v for k, v in fingerprint.items() if k != "packages"}),
+        packages=sorted((fingerprint.get("packages") or {}).items()), chart=chart,
+    )
+
+
+# ---- regressions ---------------------------------------------------------------------------
+
+@router.get("/regressions")
+def regressions_page(
+    request: Request, session: SessionDep, _access: PageAccess,
+) -> HTMLResponse:
+    groups = {}
+    for status in ("open", "acknowledged", "resolved"):
+        groups[status], _ = regression_service.list_regressions(
+            session, status=status, limit=REGRESSION_LIST_LIMIT)
+    active = [r for s in ("open", "acknowledged") for r in groups[s] if r.magnitude is not None]
+    chart = figures.magnitudes_figure(
+        [f"#{r.id} {r.series.key}" for r in active], [r.magnitude or 0.0 for r in active],
+        [r.status for r in active],
+        empty_reason="no open or acknowledged regression: every series holds its speedup")
+    return _page(request, "regressions.html", groups=groups, chart=chart,
+                 limit=REGRESSION_LIST_LIMIT)
+

@@ -1,0 +1,170 @@
+"""The dashboard's pages as HTML, server-side: empty states that explain themselves, error
+pages (not JSON, not tracebacks) for unknown ids and bad input, reads that follow the
+server's public-reads rule, Plotly served by the app, and seeded pages with their data."""
+
+from __future__ import annotations
+
+import html as html_lib
+import json
+import re
+from importlib import resources
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.dashboard import figures
+from app.main import create_app
+from tests.dashboard.seed import Seeded
+
+
+def html(response_text: str) -> str:
+    """The page's text without tags, whitespace collapsed (what a reader sees)."""
+    return html_lib.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", response_text)))
+
+
+def figure(page: str, element_id: str) -> dict:
+    match = re.search(rf'<script type="application/json" id="{element_id}-data">(.*?)</script>',
+                      page, re.S)
+    assert match, f"no figure {element_id} on the page"
+    return json.loads(match.group(1))
+
+
+@pytest.mark.parametrize(("path", "says"), [
+    ("/", "No runs yet: nothing has been measured on this server. Trigger one from CI with "
+          "speedwatch submit"),
+    ("/runs", "No runs yet: trigger one with speedwatch submit"),
+    ("/compare", "No runs yet: trigger one with speedwatch submit"),
+    ("/regressions", "No regressions yet. Detection opens one when"),
+])
+def test_every_page_on_an_empty_store_explains_why_it_is_empty(
+        pages: TestClient, path: str, says: str) -> None:
+    response = pages.get(path)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert says in html(response.text)
+
+
+@pytest.mark.parametrize(("path", "status", "says"), [
+    ("/series/resnet50/eager/constant/fp32/bs1/static/cpu", 404,
+     "series 'resnet50/eager/constant/fp32/bs1/static/cpu' not found"),
+    ("/runs/999", 404, "run 999 not found"),
+    ("/runs/abc", 422, "run_id"),
+    ("/compare?base=1&head=2", 404, "base run 1 not found"),
+    ("/compare?base=1", 422, "compare needs both a base and a head run"),
+    ("/?batch_size=eight", 422, "'eight' is not a whole number"),
+])
+def test_unknown_ids_and_bad_input_get_an_html_error_page(
+        pages: TestClient, path: str, status: int, says: str) -> None:
+    response = pages.get(path)
+    assert response.status_code == status
+    assert response.headers["content-type"].startswith("text/html")
+    assert says in html(response.text)
+    assert "Traceback" not in response.text
+    assert "Back to the overview" in html(response.text)
+
+
+def test_plotly_is_served_by_the_app_from_the_installed_package(pages: TestClient) -> None:
+    response = pages.get("/static/plotly.min.js")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/javascript")
+    packaged = (resources.files("plotly") / "package_data" / "plotly.min.js").read_bytes()
+    assert response.content == packaged
+    page = pages.get("/").text
+    scripts = re.findall(r'<script src="([^"]+)"', page)
+    assert scripts == ["/static/plotly.min.js", "/static/dashboard.js"]  # nothing remote
+
+
+def test_without_public_reads_a_page_needs_a_read_token_cookie(
+        settings: Settings, clean_db: None, read_token: str) -> None:
+    private = settings.model_copy(update={"public_reads": False})
+    with TestClient(create_app(private)) as client:
+        refused = client.get("/regressions")
+        assert refused.status_code == 401
+        assert "paste a token with the 'read' scope" in html(refused.text)
+        client.cookies.set("speedwatch_token", "sw_not-a-real-token")
+        assert client.get("/regressions").status_code == 401
+        client.cookies.set("speedwatch_token", read_token)
+        assert client.get("/regressions").status_code == 200
+
+
+def test_the_overview_lists_open_regressions_first_with_status_ci_and_sparkline(
+        pages: TestClient, seeded: Seeded) -> None:
+    page = pages.get("/").text
+    keys = re.findall(r'<tr class="series-row status-([a-z-]+)" data-key="([^"]+)"', page)
+    assert keys[0] == ("regression", seeded.regressed_key)
+    assert keys[-1] == ("no-data", seeded.skipped_key)
+    assert {status for status, _ in keys[1:-1]} == {"ok"}
+    assert page.count('class="sparkline"') == len(keys) - 1  # no sparkline without data
+    assert "1.91x" in page  # the regressed series' latest speedup with its CI
+    chart = figure(page, "overview-chart")
+    assert seeded.regressed_key in chart["data"][0]["y"]
+    filtered = pages.get("/", params={"weights": "tensor", "backend": "torch_tensorrt"}).text
+    assert re.findall(r'data-key="([^"]+)"', filtered) == [seeded.regressed_key]
+
+
+def test_the_series_page_overlays_both_weight_representations_and_marks_the_regression(
+        pages: TestClient, seeded: Seeded) -> None:
+    page = pages.get(f"/series/{seeded.regressed_key}").text
+    speedup = figure(page, "series-chart")
+    names = [trace.get("name") for trace in speedup["data"]]
+    assert {"weights tensor", "weights constant", "regression"} <= set(names)
+    marked = next(t for t in speedup["data"] if t.get("name") == "regression")
+    assert marked["x"] == ["r110"]  # where torch-tensorrt 2.7.0 came in
+    change_lines = [s for s in speedup["layout"]["shapes"] if s.get("x0") == "r110"]
+    assert len(change_lines) == 1
+    hover = next(t for t in speedup["data"] if t.get("name") == "weights tensor")["customdata"]
+    assert "torch-tensorrt 2.7.0" in hover[-1][1]
+    latency = figure(page, "latency")
+    assert {t["name"] for t in latency["data"]} == {
+        "eager (weights tensor)", "optimized (weights tensor)",
+        "eager (weights constant)", "optimized (weights constant)"}
+    assert "kernels per inference 58 -&gt; 161" in page  # the evidence sentence
+    assert 'data-action="acknowledge"' in page
+
+
+def test_the_run_page_shows_cells_results_reasons_fingerprint_and_evidence(
+        pages: TestClient, seeded: Seeded) -> None:
+    text = html(pages.get(f"/runs/{seeded.run_ids[-1]}").text)
+    assert "7 of 7 cells finished" in text
+    assert "gpu NVIDIA H200" in text and "driver 570.86.15" in text
+    assert "as installed: tensorrt 10.9.0, torch 2.7.0, torch-tensorrt 2.7.0" in text
+    assert "kernels per inference: 161" in text
+    assert "refittable engines need TensorRT >= 10 on this worker" in text
+    live = pages.get(f"/runs/{seeded.queued_run_id}").text
+    assert f'data-live-run="{seeded.queued_run_id}"' in live
+    assert "no cell has a measured speedup yet" in html(live)
+
+
+def test_compare_defaults_to_the_two_newest_finished_runs(
+        pages: TestClient, seeded: Seeded) -> None:
+    page = pages.get("/compare").text
+    base, head = seeded.run_ids[-2], seeded.run_ids[-1]
+    assert f'<option value="{base}" selected>' in page
+    assert f'<option value="{head}" selected>' in page
+    assert len(figure(page, "compare-chart")["data"][0]["y"]) == 6
+    across = html(pages.get("/compare", params={"base": seeded.run_ids[9],
+                                                "head": seeded.run_ids[10]}).text)
+    assert "significant (CIs disjoint)" in across
+
+
+def test_a_chart_without_points_says_why() -> None:
+    chart = figures.speedup_figure([figures.SeriesTrace("constant", [])])
+    assert chart.figure is None
+    assert chart.empty_reason and "no measured points yet" in chart.empty_reason
+    assert figures.sparkline_svg([1.5]) == ""
+
+
+def test_a_long_history_draws_its_newest_points_raw_and_older_ones_as_bucket_means(
+        pages: TestClient, seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.dashboard import routes
+
+    monkeypatch.setattr(routes, "SERIES_POINT_LIMIT", 10)
+    monkeypatch.setattr(routes, "HISTORY_BUCKETS", 3)
+    page = pages.get(f"/series/{seeded.steady_key}").text
+    assert "the 6 older ones as means of consecutive groups" in html(page)
+    line = next(t for t in figure(page, "series-chart")["data"]
+                if t.get("name") == "weights constant")
+    assert line["x"] == ["r100…r101", "r102…r103", "r104…r105",
+                         *(f"r{n}" for n in range(106, 116))]
+    assert line["customdata"][0][1] == "mean of 2 results (older history, summarised)"
