@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
+from app.dashboard.routes import TOKEN_COOKIE
 from app.main import create_app
 from app.services.tokens import authenticate, revoke_token
 from tests.app.factories import bearer
@@ -30,7 +31,7 @@ WRITES: dict[tuple[str, str], str] = {
 }
 # GET routes anyone may call: probes, metrics scrapes and the API's own documentation.
 PUBLIC_READS = {"/healthz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect",
-                "/redoc"}
+                "/redoc", "/static/dashboard.{name}", "/static/plotly.min.js"}
 # GET routes that need more than `read`, public reads or not.
 PRIVILEGED_READS: dict[str, str] = {"/api/v1/tokens": "admin"}
 UNDER_SCOPED = {"ci": ["read"], "admin": ["read", "ci"]}
@@ -77,6 +78,9 @@ def test_every_write_route_has_a_decided_scope() -> None:
 
 
 GUARDED_READS = sorted({path for method, path in ROUTES if method == "GET"} - PUBLIC_READS)
+# Dashboard pages: a browser sends the token as the page's cookie, not a bearer header.
+GUARDED_PAGES = [path for path in GUARDED_READS if not path.startswith("/api/")]
+GUARDED_API_READS = [path for path in GUARDED_READS if path.startswith("/api/")]
 
 
 @pytest.fixture
@@ -122,7 +126,7 @@ def test_write_routes_refuse_missing_wrong_revoked_and_under_scoped_tokens(
     assert status not in (401, 403), body
 
 
-@pytest.mark.parametrize("template", GUARDED_READS)
+@pytest.mark.parametrize("template", GUARDED_API_READS)
 def test_read_routes_need_a_token_when_reads_are_not_public(
     client: TestClient, tokens: dict[str, str], template: str
 ) -> None:
@@ -134,6 +138,26 @@ def test_read_routes_need_a_token_when_reads_are_not_public(
     for weaker in UNDER_SCOPED.get(scope, []):
         assert _call(client, "GET", template, bearer(tokens[weaker]))[0] == 403, weaker
     assert _call(client, "GET", template, bearer(tokens[scope]))[0] not in (401, 403)
+
+
+@pytest.mark.parametrize("template", GUARDED_PAGES)
+def test_dashboard_pages_need_a_read_token_cookie_when_reads_are_not_public(
+    client: TestClient, tokens: dict[str, str], template: str
+) -> None:
+    def page(token: str | None) -> tuple[int, str]:
+        client.cookies.clear()
+        if token is not None:
+            client.cookies.set(TOKEN_COOKIE, token)
+        response = client.get(_url(template))
+        return response.status_code, response.text
+
+    status, text = page(None)
+    assert status == 401 and "token" in text
+    for wrong in ("sw_" + "x" * 43, tokens["revoked-admin"]):
+        assert page(wrong)[0] == 401, wrong
+    assert page(bearer(tokens["read"])["Authorization"])[0] == 401  # not a bearer header
+    assert page(tokens["read"])[0] not in (401, 403)
+    client.cookies.clear()
 
 
 def test_public_reads_open_reads_only(settings: Settings, tokens: dict[str, str]) -> None:
