@@ -62,6 +62,7 @@ class MatrixOptions:
     device: str = "cpu"
     image_size: int | None = None
     width: int | None = None
+    threads: int | None = None
     timing: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -74,6 +75,8 @@ class MatrixOptions:
             body["image_size"] = self.image_size
         if self.width is not None:
             body["width"] = self.width
+        if self.threads is not None:
+            body["threads"] = self.threads
         timing = {k: v for k, v in self.timing.items() if v is not None}
         if timing:
             body["timing"] = timing
@@ -294,6 +297,8 @@ def submit(
     device: str = typer.Option("cpu", help='"cpu", "cuda" or a GPU class the server routes.'),
     image_size: int | None = typer.Option(None, help="Input image size (default 224)."),
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
+    threads: int | None = typer.Option(
+        None, help="CPU threads for both sides (1 = steadier timings on a shared host)."),
     rounds: int | None = typer.Option(None, help="Timing rounds per side."),
     iters_per_round: int | None = typer.Option(None, help="Inferences per round."),
     warmup: int | None = typer.Option(None, help="Warm-up inferences."),
@@ -306,7 +311,8 @@ def submit(
 ) -> None:
     """Trigger a benchmark run; with --wait, exit 0 on pass, 1 on regression, 2 on error."""
     try:
-        matrix = MatrixOptions(device=device, image_size=image_size, width=width)
+        matrix = MatrixOptions(device=device, image_size=image_size, width=width,
+                               threads=threads)
         for attr, values in (("models", model), ("backends", backend), ("weights", weights),
                              ("precisions", precision), ("shape_modes", shape_mode)):
             if values:
@@ -362,6 +368,8 @@ def demo(
     batch: str = typer.Option("1", help="Batch sizes, e.g. 1,8."),
     image_size: int | None = typer.Option(None, help="Input size (default 224)."),
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
+    threads: int = typer.Option(
+        1, help="CPU threads for both sides; 1 keeps the two sides from fighting over cores."),
     rounds: int = typer.Option(10, help="Timing rounds per side (more = tighter CI)."),
     iters_per_round: int = typer.Option(5, help="Inferences per round."),
     warmup: int = typer.Option(5, help="Warm-up inferences."),
@@ -401,7 +409,7 @@ def demo(
     matrix = MatrixOptions(
         models=[model], backends=_split(backend) or ["onnxruntime"], weights=_split([weights]),
         batch_sizes=[int(b) for b in _split([batch])], device="cpu", image_size=image_size,
-        width=width,
+        width=width, threads=threads,
         timing={"rounds": rounds, "iters_per_round": iters_per_round, "warmup_iters": warmup,
                 "min_rounds": min(rounds, 5)},
     )

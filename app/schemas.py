@@ -108,6 +108,10 @@ class MatrixIn(StrictModel):
     )
     image_size: int | None = Field(default=None, ge=32, le=1024)
     width: int | None = Field(default=None, ge=4, le=256)
+    threads: int | None = Field(
+        default=None, ge=1, le=256,
+        description="CPU threads for both sides (torch intra-op and ONNX Runtime); default: "
+                    "the library's. On a shared or small CPU host, 1 gives steadier timings.")
     timing: TimingIn | None = None
 
 
@@ -168,6 +172,7 @@ class CellSpecPublic(BaseModel):
     device: str
     image_size: int
     width: int
+    threads: int | None = Field(default=None, description="CPU threads; null: the library's")
 
 
 class ResultSummaryPublic(PublicModel):

@@ -84,6 +84,8 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
         base = replace(base, image_size=matrix.image_size)
     if matrix.width is not None:
         base = replace(base, width=matrix.width)
+    if matrix.threads is not None:
+        base = replace(base, options={"threads": matrix.threads})
 
     axes = [
         _unique(matrix.models),

@@ -44,6 +44,19 @@ def test_a_trigger_stores_one_queued_cell_per_matrix_point(
     assert run["environment"]["pins"] == ["onnxruntime==1.22.0"]
 
 
+def test_a_thread_count_reaches_every_cell_spec_as_the_runner_option(
+    client: TestClient, ci_token: str, session: Session
+) -> None:
+    body = run_request(matrix={"backends": ["eager", "onnxruntime"], "threads": 1})
+    run = post_run(client, ci_token, body).json()
+    assert run["cells"] and all(c["spec"]["threads"] == 1 for c in run["cells"])
+    stored = session.scalars(select(Cell).where(Cell.run_id == run["id"])).all()
+    assert len(stored) == len(run["cells"])
+    assert all(c.spec["options"] == {"threads": 1} for c in stored)
+    unset = post_run(client, ci_token, run_request(revision="other")).json()
+    assert all(c["spec"]["threads"] is None for c in unset["cells"])
+
+
 def test_refit_combinations_outside_tensorrt_are_left_out(
     client: TestClient, ci_token: str
 ) -> None:
@@ -107,6 +120,7 @@ BAD_REQUESTS = [
     ({"matrix": {"weights": ["refit"]}}, "matrix", "no valid combination"),
     ({"matrix": {"timing": {"rounds": 3, "min_rounds": 5}}}, "matrix.timing.min_rounds",
      "must not exceed rounds"),
+    ({"matrix": {"threads": 0}}, "matrix.threads", "greater than or equal to 1"),
     ({"matrix": {"colour": "red"}}, "matrix.colour", "unknown field"),
     ({"priority": 1}, "priority", "unknown field"),
     ({"revision": ""}, "revision", "at least 1 character"),
