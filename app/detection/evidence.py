@@ -26,6 +26,10 @@ _EVIDENCE_NAMES = {
     "graph_breaks": "graph breaks",
     "dynamo_graphs": "dynamo graphs",
 }
+# Evidence that restates another entry (totals and breakdowns of the same graph): telling it
+# twice costs the reader's five seconds and says nothing new.
+_REDUNDANT = {"onnx_nodes_total", "onnx_node_domains", "onnx_exported_nodes_total",
+              "onnx_graph_inputs"}
 # Fingerprint entries worth naming when they differ (packages are handled on their own).
 _ENVIRONMENT_KEYS = ("python", "cuda", "cudnn", "driver", "gpu", "device_class")
 # Compile time is noisy; only a change this large (and at least half a second) is news.
@@ -65,7 +69,7 @@ def _fmt(value: Any) -> str:
 
 def _evidence_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[EvidenceChange]:
     keys = [k for k in _EVIDENCE_NAMES if k in before or k in after]
-    keys += sorted((set(before) | set(after)) - set(keys))
+    keys += sorted((set(before) | set(after)) - set(keys) - _REDUNDANT)
     out = []
     for key in keys:
         b, a = before.get(key), after.get(key)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.detection.evidence import evidence_changes, evidence_sentence
 from benchmarks.result import Accuracy, BenchResult, Speedup
 
@@ -64,3 +66,21 @@ def test_maps_that_are_not_counts_are_left_out_instead_of_breaking_the_sentence(
 
     assert evidence_sentence(real(3, "rounds", 17), real(5, "ci_width", 0)) == (
         "onnx nodes 37 -> 20 (-17 Relu)")
+
+
+def test_onnx_evidence_is_told_once_not_as_totals_and_breakdowns_of_the_same_graph() -> None:
+    """The ONNX Runtime backend records the graph several ways (by op, by domain, totals);
+    the sentence names the by-op change and the weight wiring, each once."""
+    def ort(nodes: dict[str, int], initializers: int, weight_inputs: int) -> dict[str, Any]:
+        total = sum(nodes.values())
+        return {"evidence": {
+            "onnx_node_counts": nodes, "onnx_nodes_total": total,
+            "onnx_node_domains": {"ai.onnx": total}, "onnx_graph_inputs": 1 + weight_inputs,
+            "onnx_initializers": initializers, "onnx_weight_inputs": weight_inputs,
+            "ort_intra_op_threads": 1}}
+
+    sentence = evidence_sentence(ort({"FusedConv": 17, "Conv": 8}, 42, 0),
+                                 ort({"Conv": 25, "BatchNormalization": 20, "Relu": 26}, 0, 102))
+
+    assert sentence == ("onnx nodes 25 -> 71 (+26 Relu); onnx initializers 42 -> 0; "
+                        "onnx weight inputs 0 -> 102")
