@@ -25,6 +25,7 @@ _COMMAND_MODULES = (
     "app.cli_client",  # submit (CI client), demo (embedded default)
     "workers.cli",  # worker, beat
     "app.detection.cli",  # detect
+    "app.cli_policy",  # policy show|set
 )
 
 for _name in _COMMAND_MODULES:

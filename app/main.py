@@ -13,7 +13,17 @@ from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 
 from app.api.middleware import BodySizeLimitMiddleware, Metrics, MetricsMiddleware
-from app.api.routes import compare, health, metrics, regressions, results, runs, series, tokens
+from app.api.routes import (
+    compare,
+    health,
+    metrics,
+    projects,
+    regressions,
+    results,
+    runs,
+    series,
+    tokens,
+)
 from app.config import Settings, get_settings
 from app.dashboard import routes as dashboard
 from app.db import make_engine
@@ -52,7 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
-    for module in (runs, results, series, compare, health, metrics, regressions, tokens):
+    for module in (runs, results, series, compare, health, metrics, regressions, tokens,
+                   projects):
         app.include_router(module.router)
     app.include_router(dashboard.router)  # the web pages, at / (issue 5)
     return app

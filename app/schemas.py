@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
+from app.services.detection import DetectionPolicy
 from benchmarks.spec import BACKENDS, MODELS, PRECISIONS, SHAPE_MODES, WEIGHTS
 
 
@@ -364,3 +365,44 @@ class TokenCreatedPublic(TokenPublic):
 
 class TokenListPublic(BaseModel):
     items: list[TokenPublic]
+
+
+# ---- detection policy (per project) -------------------------------------------------------
+
+class DetectionPolicyPublic(BaseModel):
+    project: str
+    policy: DetectionPolicy
+    stored: bool = Field(description="false: the project has no policy of its own and the "
+                                     "defaults apply")
+
+
+# ---- change points (per series) -----------------------------------------------------------
+
+class VersionChangePublic(BaseModel):
+    package: str
+    before: str | None = Field(description="most common version in the segment before; "
+                                           "null: not installed")
+    after: str | None = Field(description="most common version in the segment after")
+
+
+class ChangePublic(BaseModel):
+    direction: Literal["regression", "improvement"]
+    before: float = Field(description="median speedup of the segment before the change")
+    after: float = Field(description="median speedup of the segment after")
+    relative_change: float = Field(description="after / before - 1")
+    p_value: float | None = Field(description="Mann-Whitney U between the two segments")
+    revision: str = Field(description="the first revision measured after the change")
+    run_id: int
+    result_id: int
+    created_at: datetime = Field(description="when that first result after was stored")
+    previous_revision: str = Field(description="the last revision measured before it")
+    versions: list[VersionChangePublic] = Field(
+        description="installed versions that differ between the two segments")
+    sentence: str
+
+
+class SeriesChangesPublic(BaseModel):
+    series_key: str
+    searched_points: int = Field(description="the newest ok points searched (at most limit)")
+    searched_from: datetime | None = Field(description="the oldest searched point's date")
+    changes: list[ChangePublic] = Field(description="oldest first")

@@ -7,6 +7,7 @@ and measures with httpx from this process:
 - ingest:        POST /api/v1/results (new documents, 10 per revision as a CI job posts them)
 - series points: GET /api/v1/series/{key}/points (default limit: the newest 500 of ~1000)
 - series list:   GET /api/v1/series (100 series, each with its latest point)
+- with --changes: GET /api/v1/series/{key}/changes (change points of the newest 500)
 
 It prints p50/p95/p99 latency and requests per second for each, sequentially (one client)
 and with `--concurrency` clients. Client and server share this machine's cores, so the
@@ -240,6 +241,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--changes", action="store_true",
+                        help="also measure GET /api/v1/series/{key}/changes")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -277,6 +280,9 @@ def main() -> None:
         def points_calls(n: int) -> list[Call]:
             return [get(f"/api/v1/series/{rng.choice(keys)}/points") for _ in range(n)]
 
+        def changes_calls(n: int) -> list[Call]:
+            return [get(f"/api/v1/series/{rng.choice(keys)}/changes") for _ in range(n)]
+
         def list_calls(n: int) -> list[Call]:
             return [get("/api/v1/series?limit=100") for _ in range(n)]
 
@@ -290,6 +296,10 @@ def main() -> None:
                                        base, headers, concurrency))
                 figures.append(measure("series GET /api/v1/series/{key}/points",
                                        points_calls(args.requests), base, headers, concurrency))
+                if args.changes:
+                    figures.append(measure("changes GET /api/v1/series/{key}/changes",
+                                           changes_calls(args.requests), base, headers,
+                                           concurrency))
                 figures.append(measure("series GET /api/v1/series?limit=100",
                                        list_calls(max(20, args.requests // 5)), base, headers,
                                        concurrency))

@@ -13,6 +13,11 @@ which cells should be moving, so a periodic sweep (Celery beat) decides from SQL
   to queued and send again while `attempts < max_cell_attempts`, else fail with the reason.
 - an ingested result nobody judged for a minute (the API process died between the commit
   and its background judging): judge it now (app.services.results.judge_pending_ingests).
+- a webhook delivery still pending and untouched for longer than its longest legitimate
+  wait (the backoff cap plus a request timeout plus a minute): its dispatch was lost (broker
+  down at commit time, the process died, a retry message vanished); dispatch it again
+  (app.services.webhooks.dispatch). Each attempt counts on the row, so a re-dispatched
+  delivery still stops after `webhook_max_retries` retries in all.
 
 Re-sending is safe because the task body is idempotent. Keep `reconcile_after_seconds`
 above the longest cell (`cell_timeout_seconds` plus an environment build), or a slow cell
@@ -46,13 +51,23 @@ class ReconcileReport:
     requeued: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     judged_runs: list[int] = field(default_factory=list)
+    redispatched_deliveries: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
         return {"requeued": len(self.requeued), "failed": len(self.failed),
-                "judged_runs": len(self.judged_runs)}
+                "judged_runs": len(self.judged_runs),
+                "redispatched_deliveries": len(self.redispatched_deliveries)}
 
 
 Enqueue = Callable[[Sequence[tuple[int, str]]], None]
+DispatchDeliveries = Callable[[Sequence[int]], None]
+
+
+def stale_delivery_seconds(settings: Settings) -> float:
+    """How long a pending delivery may sit untouched before its dispatch counts as lost: a
+    delivery waiting out its retry backoff (at most the cap) is not lost."""
+    return (settings.webhook_backoff_max_seconds + settings.webhook_timeout_seconds
+            + NEVER_ENQUEUED_GRACE_S)
 
 
 def reconcile(
@@ -60,8 +75,11 @@ def reconcile(
     now: datetime | None = None,
     settings: Settings | None = None,
     enqueue: Enqueue | None = None,
+    dispatch_deliveries: DispatchDeliveries | None = None,
 ) -> ReconcileReport:
-    """One sweep; commits its decisions, then sends the re-queued cells via `enqueue`."""
+    """One sweep; commits its decisions, then sends the re-queued cells via `enqueue` and
+    the lost webhook deliveries via `dispatch_deliveries` (default: the configured
+    executor, as after a regression's commit)."""
     from app.config import get_settings
     from app.db import session_scope
 
@@ -72,14 +90,41 @@ def reconcile(
 
         def enqueue(cells: Sequence[tuple[int, str]]) -> None:
             enqueue_cells(cells, settings)
+    if dispatch_deliveries is None:
+        from app.services.webhooks import dispatch
+
+        def dispatch_deliveries(ids: Sequence[int]) -> None:
+            dispatch(ids, settings)
     with session_scope(settings) as session:
         report, to_send = _decide(session, settings, now)
+        report.redispatched_deliveries = _lost_deliveries(session, settings, now)
     if to_send:
         enqueue(to_send)
-    if report.requeued or report.failed or report.judged_runs:
-        log.info("reconciler: re-queued %s, failed %s, judged ingest runs %s",
-                 report.requeued, report.failed, report.judged_runs)
+    if report.redispatched_deliveries:
+        dispatch_deliveries(report.redispatched_deliveries)
+    if report.requeued or report.failed or report.judged_runs or report.redispatched_deliveries:
+        log.info("reconciler: re-queued %s, failed %s, judged ingest runs %s, "
+                 "re-dispatched webhook deliveries %s", report.requeued, report.failed,
+                 report.judged_runs, report.redispatched_deliveries)
     return report
+
+
+def _lost_deliveries(session: Session, settings: Settings, now: datetime) -> list[int]:
+    """Pending deliveries untouched for too long; marked as touched now, so the next sweep
+    waits another full period before sending them again."""
+    from app.models import WebhookDelivery
+
+    cutoff = now - timedelta(seconds=stale_delivery_seconds(settings))
+    lost = session.scalars(
+        select(WebhookDelivery)
+        .where(WebhookDelivery.status == "pending", WebhookDelivery.updated_at < cutoff)
+        .order_by(WebhookDelivery.id)
+        .with_for_update(skip_locked=True)
+    ).all()
+    for delivery in lost:
+        delivery.updated_at = now
+    session.flush()
+    return [d.id for d in lost]
 
 
 def _decide(

@@ -13,7 +13,7 @@ never a JSON body or a traceback in the browser.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -27,7 +27,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from app.api.deps import SessionDep, SettingsDep
-from app.detection.changepoints import ChangePoint, SeriesError, detect_change_points
+from app.detection.changepoints import ChangePoint
 from app.errors import (
     DATABASE_ERRORS,
     Forbidden,
@@ -40,6 +40,7 @@ from app.models import RUN_TERMINAL, Regression, Result, Run, Series
 from app.services import regressions as regression_service
 from app.services import runs as run_service
 from app.services import series as series_service
+from app.services.changes import AttributedChange, attribute_changes
 from app.services.series import Point, SeriesFilter
 from app.services.tokens import authenticate, has_scope
 
@@ -254,15 +255,6 @@ def _siblings(session: SessionDep, series: Series) -> list[Series]:
             if s.id != series.id]
 
 
-def _change_points(points: Sequence[Point]) -> list[tuple[str, ChangePoint]]:
-    window = points[-CHANGEPOINT_WINDOW:]
-    try:
-        found = detect_change_points([p.speedup for p in window])
-    except SeriesError:
-        return []
-    return [(window[cp.index].revision, cp) for cp in found]
-
-
 @router.get("/series/{key:path}")
 def series_page(
     key: str, request: Request, session: SessionDep, _access: PageAccess,
@@ -272,7 +264,7 @@ def series_page(
     traces: list[figures.SeriesTrace] = []
     regressions: list[Regression] = []
     change_points: list[tuple[str, ChangePoint]] = []
-    change_rows: list[tuple[str, str, ChangePoint]] = []
+    change_rows: list[tuple[str, AttributedChange]] = []
     for member in ordered:
         points = series_service.series_points(session, member, limit=SERIES_POINT_LIMIT)
         older = series_service.history_buckets(
@@ -282,9 +274,10 @@ def series_page(
         page, _ = regression_service.list_regressions(session, series_key=member.key,
                                                       limit=REGRESSION_LIST_LIMIT)
         regressions.extend(page)
-        found = _change_points(points)
-        change_points.extend(found)
-        change_rows.extend((member.weights, revision, cp) for revision, cp in found)
+        # the API's GET /series/{key}/changes, on the points this page has already read
+        found = attribute_changes(points[-CHANGEPOINT_WINDOW:])
+        change_points.extend((c.first_after.revision, c.change) for c in found)
+        change_rows.extend((member.weights, c) for c in found)
     markers = [figures.Marker(r.opened_by_result_id, r.status, r.evidence) for r in regressions]
     speedup_chart = figures.speedup_figure(traces, change_points=change_points, markers=markers)
     latency_chart = figures.latency_figure(traces)

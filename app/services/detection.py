@@ -9,6 +9,8 @@ compare, following the project's policy (`projects.detection`, see DetectionPoli
 - "pinned": the series' result in the run a person pinned (`pinned_run_id`);
 - "window": the median speedup of the last `window` earlier ok results on the branch.
 
+The threshold is the series' own from `series_thresholds`, else the project's `threshold`.
+
 A cell judged "regression" opens a regression for its series unless one is already active
 (open or acknowledged; a partial unique index guarantees at most one). An active regression
 is resolved when a later result of the series, judged against the regression's own baseline
@@ -23,9 +25,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -59,6 +61,16 @@ class DetectionPolicy(BaseModel):
     threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, lt=1)
     window: int = Field(default=10, ge=1, le=1000)
     pinned_run_id: int | None = None
+    # Per-series overrides of `threshold`: a series that is noisier (or more critical) than
+    # the rest gets its own bar without loosening (or tightening) every other series.
+    series_thresholds: dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=300)],
+        Annotated[float, Field(ge=0, lt=1)],
+    ] = Field(default_factory=dict, max_length=1000)
+
+    def threshold_for(self, series_key: str) -> float:
+        """The series' own threshold if it has one, else the project's."""
+        return self.series_thresholds.get(series_key, self.threshold)
 
 
 def project_policy(project: Project) -> DetectionPolicy:
@@ -223,7 +235,8 @@ def judge_run(session: Session, run_id: int) -> list[RegressionEvent]:
             verdicts[label] = CellVerdict("error", (f"no baseline: {exc}",))
             _remember(cell, verdicts[label])
             continue
-        verdict = judge_cell(document, chosen.baseline, threshold=policy.threshold)
+        verdict = judge_cell(document, chosen.baseline,
+                             threshold=policy.threshold_for(cell.series_key))
         if verdict.verdict == "regression" and chosen.baseline is not None:
             before = chosen.baseline.result
             if before is not None:
@@ -287,7 +300,8 @@ def _track_regressions(
         project_id=run.project_id, series_id=row.series_id, opened_by_run_id=run.id,
         opened_by_result_id=row.id, baseline_result_id=chosen.result_id,
         baseline_kind=chosen.baseline.kind, baseline_description=chosen.baseline.description,
-        baseline_speedup=chosen.baseline.speedup, threshold=policy.threshold, status="open",
+        baseline_speedup=chosen.baseline.speedup,
+        threshold=policy.threshold_for(document.series_key), status="open",
         magnitude=(verdict.ratio.ratio - 1) if verdict.ratio else None,
         evidence=evidence_sentence(before, document) if before is not None else "",
         reasons=list(verdict.reasons),

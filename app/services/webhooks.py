@@ -133,6 +133,9 @@ def attempt_delivery(delivery_id: int, settings: Settings, *, final: bool) -> Ou
         payload = build_payload(regression, delivery.event, delivery.kind)
         url = delivery.url
         attempt = delivery.attempt + 1
+    # The row's count, not the caller's: a delivery the reconciler re-dispatched starts a
+    # new Celery task (retries 0) but must not get a fresh set of retries.
+    final = final or attempt > settings.webhook_max_retries
 
     status_code: int | None = None
     error: str | None = None

@@ -28,6 +28,8 @@ WRITES: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/regressions/{regression_id}/resolve"): "ci",
     ("POST", "/api/v1/tokens"): "admin",
     ("POST", "/api/v1/tokens/{token_id}/revoke"): "admin",
+    # what counts as a regression: not for every pipeline's ci token to loosen
+    ("PUT", "/api/v1/projects/{name}/detection"): "admin",
 }
 # GET routes anyone may call: probes, metrics scrapes and the API's own documentation.
 PUBLIC_READS = {"/healthz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect",

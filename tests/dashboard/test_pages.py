@@ -113,6 +113,10 @@ def test_the_series_page_overlays_both_weight_representations_and_marks_the_regr
     assert marked["x"] == ["r110"]  # where torch-tensorrt 2.7.0 came in
     change_lines = [s for s in speedup["layout"]["shapes"] if s.get("x0") == "r110"]
     assert len(change_lines) == 1
+    # the change table and the API's /changes come from one service function
+    changes = pages.get(f"/api/v1/series/{seeded.regressed_key}/changes").json()["changes"]
+    assert [c["revision"] for c in changes] == ["r110"]
+    assert "<td>torch 2.6.0 -&gt; 2.7.0; torch-tensorrt 2.6.0 -&gt; 2.7.0</td>" in page
     hover = next(t for t in speedup["data"] if t.get("name") == "weights tensor")["customdata"]
     assert "torch-tensorrt 2.7.0" in hover[-1][1]
     latency = figure(page, "latency")

@@ -6,21 +6,27 @@ callable the reconciler takes, and one test sends through the real broker.
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import redis
+from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
-from app.models import Cell
+from app.db import session_scope
+from app.models import Cell, WebhookDelivery
 from app.schemas import ResultIngest
 from app.services.results import ingest_result
 from tests.app.detection_docs import body, measured
+from tests.app.factories import bearer
 from tests.workers.helpers import new_run, reload_run
-from workers.reconciler import NEVER_ENQUEUED_GRACE_S, reconcile
+from workers.reconciler import NEVER_ENQUEUED_GRACE_S, reconcile, stale_delivery_seconds
+from workers.tasks import deliver_webhook
 
 pytestmark = pytest.mark.usefixtures("clean_db")
 
@@ -202,3 +208,103 @@ def test_an_ingested_result_whose_judging_was_lost_is_judged_by_the_sweep(
     again = reconcile(now=_later(settings, extra_s=NEVER_ENQUEUED_GRACE_S),
                       settings=settings, enqueue=Sent())
     assert again.judged_runs == []
+
+
+# ---- webhook deliveries whose dispatch was lost -------------------------------------------
+
+class Dispatched:
+    """Collects the delivery ids the reconciler hands to the executor."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+
+    def __call__(self, ids: Sequence[int]) -> None:
+        self.ids.extend(ids)
+
+
+def _pending_delivery(client: TestClient, token: str, monkeypatch: pytest.MonkeyPatch,
+                      url: str, **env: str) -> tuple[int, Settings]:
+    """Open a regression over HTTP with one webhook configured; with executor "none" its
+    delivery is committed and never dispatched, as when the broker was down at commit.
+    `env` then changes the settings (SPEEDWATCH_ + upper-cased key) for the sweep."""
+    monkeypatch.setenv("SPEEDWATCH_WEBHOOKS", json.dumps([{"url": url, "kind": "json"}]))
+    get_settings.cache_clear()
+    for speedup, revision in ((2.0, "v1"), (1.6, "v2")):
+        response = client.post("/api/v1/results", json=body(measured(speedup), revision),
+                               headers=bearer(token))
+        assert response.status_code == 201, response.text
+    for key, value in env.items():  # the settings the sweep then runs with
+        monkeypatch.setenv(f"SPEEDWATCH_{key.upper()}", value)
+    get_settings.cache_clear()
+    with session_scope(get_settings()) as session:
+        [delivery] = session.scalars(select(WebhookDelivery)).all()
+        assert delivery.status == "pending" and delivery.attempt == 0
+        return delivery.id, get_settings()
+
+
+def _delivery(session: Session, delivery_id: int) -> WebhookDelivery:
+    session.expire_all()
+    delivery = session.get(WebhookDelivery, delivery_id)
+    assert delivery is not None
+    return delivery
+
+
+def test_a_pending_delivery_whose_dispatch_was_lost_is_dispatched_again_once(
+    session: Session, client: TestClient, ci_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    delivery_id, live = _pending_delivery(client, ci_token, monkeypatch,
+                                          "http://127.0.0.1:9/hook")
+    now = datetime.now(timezone.utc)
+    stale = timedelta(seconds=stale_delivery_seconds(live) + 1)
+    # within the longest legitimate wait (a retry's backoff) it is left alone
+    waiting = Dispatched()
+    reconcile(now=now + stale - timedelta(seconds=5), settings=live, enqueue=Sent(),
+              dispatch_deliveries=waiting)
+    assert waiting.ids == []
+
+    lost = Dispatched()
+    report = reconcile(now=now + stale, settings=live, enqueue=Sent(), dispatch_deliveries=lost)
+    assert lost.ids == report.redispatched_deliveries == [delivery_id]
+    assert report.as_dict()["redispatched_deliveries"] == 1
+    # touched now: the next sweep waits another full period before sending it again
+    again = Dispatched()
+    reconcile(now=now + stale + timedelta(seconds=30), settings=live, enqueue=Sent(),
+              dispatch_deliveries=again)
+    assert again.ids == []
+    # a finished delivery is never sent again
+    _delivery(session, delivery_id).status = "failed"
+    session.commit()
+    finished = Dispatched()
+    reconcile(now=now + 3 * stale, settings=live, enqueue=Sent(), dispatch_deliveries=finished)
+    assert finished.ids == []
+
+
+def test_a_redispatched_delivery_goes_through_the_broker_and_keeps_its_retry_budget(
+    session: Session, client: TestClient, ci_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep's default dispatch is the one used after a commit (a task on the webhook
+    queue); the task it starts has retries 0, but the delivery's own attempt count caps it:
+    one attempt made before the loss plus `webhook_max_retries` retries, no more."""
+    queue = f"webhooks-reconcile-{secrets.token_hex(4)}"
+    delivery_id, live = _pending_delivery(
+        client, ci_token, monkeypatch, "http://127.0.0.1:9/hook", executor="celery",
+        broker_url="redis://127.0.0.1:6379/0", webhook_queue=queue, webhook_max_retries="2",
+        webhook_backoff_seconds="0.01")
+    broker = redis.Redis.from_url(live.broker_url)
+    try:
+        report = reconcile(
+            now=datetime.now(timezone.utc) + timedelta(seconds=stale_delivery_seconds(live) + 1),
+            settings=live, enqueue=Sent())
+        assert report.redispatched_deliveries == [delivery_id]
+        assert broker.llen(queue) == 1
+    finally:
+        broker.delete(queue)
+        broker.close()
+
+    delivery = _delivery(session, delivery_id)
+    delivery.attempt = 1  # one attempt was made before the process died
+    session.commit()
+    assert deliver_webhook.apply(args=[delivery_id]).get() == "failed"
+    failed = _delivery(session, delivery_id)
+    assert (failed.status, failed.attempt) == ("failed", 3)  # 1 + webhook_max_retries
+    assert len(failed.attempts_log) == 2

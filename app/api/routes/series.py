@@ -1,4 +1,4 @@
-"""Series: list with latest point, and the points of one series."""
+"""Series: list with latest point, the points of one series, and where its speedup moved."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import ReadAccess, SessionDep
 from app.api.presenters import error_responses, point_public, series_public
-from app.schemas import ID_MAX, SeriesListPublic, SeriesPointsPublic
+from app.schemas import (
+    ID_MAX,
+    ChangePublic,
+    SeriesChangesPublic,
+    SeriesListPublic,
+    SeriesPointsPublic,
+    VersionChangePublic,
+)
 from app.services import series as series_service
+from app.services.changes import AttributedChange, series_changes
 
 router = APIRouter(prefix="/api/v1/series", tags=["series"])
 
@@ -61,4 +69,39 @@ def series_points(
         session, series)
     return SeriesPointsPublic(
         series=series_public(series, latest), points=[point_public(p) for p in points]
+    )
+
+
+def change_public(found: AttributedChange) -> ChangePublic:
+    cp, after = found.change, found.first_after
+    return ChangePublic(
+        direction=cp.direction, before=cp.before, after=cp.after,
+        relative_change=cp.relative_change, p_value=cp.p_value, revision=after.revision,
+        run_id=after.run_id, result_id=after.result_id, created_at=after.created_at,
+        previous_revision=found.last_before.revision,
+        versions=[VersionChangePublic(package=v.package, before=v.before, after=v.after)
+                  for v in found.versions],
+        sentence=found.sentence,
+    )
+
+
+@router.get("/{key:path}/changes", response_model=SeriesChangesPublic,
+            responses={**error_responses(404), **ERRORS},
+            summary="Change points of a series' speedup, each with the revision after it")
+def series_change_points(
+    key: str,
+    session: SessionDep,
+    _access: ReadAccess,
+    limit: Annotated[int, Query(ge=8, le=2000,
+                                description="search the newest this many points")] = 500,
+) -> SeriesChangesPublic:
+    """Level shifts in the newest `limit` ok points (the `speedwatch detect` method: at
+    least 4 points on each side, so one outlier is never a change), each attributed to the
+    first revision measured after it, with the installed versions that changed."""
+    series = series_service.get_series(session, key)
+    points, found = series_changes(session, series, limit=limit)
+    return SeriesChangesPublic(
+        series_key=series.key, searched_points=len(points),
+        searched_from=points[0].created_at if points else None,
+        changes=[change_public(c) for c in found],
     )
