@@ -114,6 +114,24 @@ def deliver_with_retries(delivery_id: int, settings: Settings) -> Outcome:
         time.sleep(backoff_seconds(retries, settings))
 
 
+def _committed_delivery(session: Session, delivery_id: int) -> WebhookDelivery | None:
+    """The delivery row, waiting briefly for it to become visible.
+
+    Seen in tests on PostgreSQL: the local executor's thread, started from the recording
+    session's after_commit hook, sometimes read nothing where the row was there half a
+    second later. Until that is understood, a missing row is looked for again for up to
+    ~2 s before the delivery counts as gone (the reconciler's sweep re-sends anything a
+    lost dispatch leaves pending)."""
+    for wait_s in (0.0, 0.1, 0.3, 0.6, 1.0):
+        if wait_s:
+            time.sleep(wait_s)
+            session.rollback()  # a fresh snapshot for the next read
+        delivery = session.get(WebhookDelivery, delivery_id)
+        if delivery is not None:
+            return delivery
+    return None
+
+
 def attempt_delivery(delivery_id: int, settings: Settings, *, final: bool) -> Outcome:
     """One POST of the delivery's payload, logged on its row.
 
@@ -124,7 +142,7 @@ def attempt_delivery(delivery_id: int, settings: Settings, *, final: bool) -> Ou
     from app.db import session_scope
 
     with session_scope(settings) as session:
-        delivery = session.get(WebhookDelivery, delivery_id)
+        delivery = _committed_delivery(session, delivery_id)
         if delivery is None or delivery.status != "pending":
             return "gone"
         regression = session.get(Regression, delivery.regression_id)

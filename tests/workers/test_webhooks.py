@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -160,14 +161,16 @@ def test_recovery_sends_a_resolved_event_through_the_local_executor_thread(
         response = client.post("/api/v1/results", json=body(measured(2.0), "v3"),
                                headers=bearer(ci_token))
         assert response.status_code == 201
-        for _ in range(200):  # the thread posts after the commit; wait for it
+        deadline = time.monotonic() + 30  # the thread posts after the commit; wait for it
+        while time.monotonic() < deadline:  # (seconds on 2 busy cores, not milliseconds)
             if any(d.status != "pending" for d in deliveries(session)[1:]):
                 break
-            threading.Event().wait(0.02)
+            threading.Event().wait(0.05)
     finally:
         receiver.close()
     opened, resolved = deliveries(session)
     assert (opened.event, opened.status) == ("opened", "pending")  # recorded under "none"
-    assert (resolved.event, resolved.status) == ("resolved", "delivered")
+    assert (resolved.event, resolved.status) == ("resolved", "delivered"), (
+        resolved.attempt, resolved.attempts_log, receiver.bodies)
     assert receiver.bodies[-1]["event"] == "regression.resolved"
     assert receiver.bodies[-1]["regression"]["status"] == "resolved"
