@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,7 @@ def run_interleaved(
     *,
     timeout_s: float,
     env: dict[str, str] | None = None,
+    after_each: Callable[[], None] | None = None,
 ) -> list[BenchResult]:
     """Measure `spec` once per interpreter, their child processes alternating.
 
@@ -185,6 +187,8 @@ def run_interleaved(
     Each interpreter's `spec.timing.processes` children are merged as `run_isolated` merges
     them. The first child that does not end ok ends the measurement: its interpreter's
     result is that failure ("process j of K: ..."), the others' a failure that names it.
+    `after_each` is called after every child (a caller's heartbeat: the whole takes
+    len(pythons) * K children, longer than one cell).
     """
     k = max(1, spec.timing.processes)
     started = time.monotonic()
@@ -197,6 +201,8 @@ def run_interleaved(
         for i, python in enumerate(pythons):
             one = _run_one(process_spec(spec, j), timeout_s=timeout_s, python=python,
                            env=env, cwd=None)
+            if after_each is not None:
+                after_each()
             if one.status != "ok":
                 one.spec = spec.to_dict()
                 one.reason = f"process {j + 1} of {k}: {one.reason or one.status}"

@@ -12,6 +12,7 @@ the pair always finishes.
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -48,7 +49,8 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     outcome = "failed"
     try:
         pythons = [resolve_python(e.pins, e.interpreter, settings) for e in envs]
-        results = run_interleaved(spec, pythons, timeout_s=float(settings.cell_timeout_seconds))
+        results = run_interleaved(spec, pythons, timeout_s=float(settings.cell_timeout_seconds),
+                                  after_each=lambda: _heartbeat(ids, settings))
         for result, env, python in zip(results, envs, pythons, strict=True):
             _annotate(result, env, python)
         with session_scope(settings) as session:
@@ -65,6 +67,22 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     finally:
         _finish(envs, settings)
     return outcome
+
+
+def _heartbeat(ids: tuple[int, int], settings: Settings) -> None:
+    """Mark both cells as moving after each child: the pair takes 2 * K children, and the
+    reconciler takes a running cell without progress for `reconcile_after_seconds` as lost."""
+    from sqlalchemy import update
+
+    from app.db import session_scope
+    from app.models import Cell
+
+    try:
+        with session_scope(settings) as session:
+            session.execute(update(Cell).where(Cell.id.in_(ids), Cell.status == "running")
+                            .values(updated_at=datetime.now(timezone.utc)))
+    except Exception as exc:  # a missed heartbeat costs at most a re-send, never the pair
+        log.warning("heartbeat of confirmation cells %s failed: %s", ids, exc)
 
 
 def _fail_all(ids: tuple[int, int], reason: str, settings: Settings) -> None:
