@@ -531,7 +531,7 @@ def on_run_finished(session: Session, run_id: int, settings: Settings | None = N
 
     events = judge_run(session, run_id, settings)
     if events:
-        record_deliveries(session, [(e.regression_id, e.event) for e in events], settings)
+        record_deliveries(session, [(e.regression_id, e.event) for e in events])
 
 
 def get_run(session: Session, run_id: int) -> Run:

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.config import Settings, Webhook
+from app.config import Settings, get_settings
 from app.models import Cell, Regression, Result, Run, WebhookDelivery
 from app.schemas import RunCreate
 from app.services import confirmation
@@ -33,10 +33,13 @@ NEW_ENV = {"pins": ["onnxruntime==1.23.0"]}
 
 
 @pytest.fixture
-def local(settings: Settings) -> Settings:
-    """A server that runs cells (so it can confirm) and has one webhook."""
-    return settings.model_copy(update={
-        "executor": "local", "webhooks": [Webhook(url="http://127.0.0.1:9/hook")]})
+def local(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """A server that runs cells (so it can confirm) and has one webhook (process settings,
+    as webhooks are read there; their executor stays "none", so nothing is posted)."""
+    monkeypatch.setenv("SPEEDWATCH_WEBHOOKS", '[{"url": "http://127.0.0.1:9/hook"}]')
+    get_settings.cache_clear()
+    yield get_settings().model_copy(update={"executor": "local"})
+    get_settings.cache_clear()
 
 
 @pytest.fixture
