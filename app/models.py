@@ -41,7 +41,7 @@ CELL_STATUSES = ("queued", "running", "done", "failed", "skipped")
 CELL_TERMINAL = ("done", "failed", "skipped")
 RESULT_STATUSES = ("ok", "failed", "skipped")
 TOKEN_SCOPES = ("read", "ci", "admin")
-RUN_KINDS = ("triggered", "ingest")
+RUN_KINDS = ("triggered", "ingest", "confirm")
 REGRESSION_STATUSES = ("open", "acknowledged", "resolved")
 REGRESSION_ACTIVE = ("open", "acknowledged")
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
@@ -148,6 +148,10 @@ class Run(Base):
     idempotency_key: Mapped[str] = mapped_column(String(200))
     request_hash: Mapped[str] = mapped_column(String(64))
     matrix: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # kind "confirm": the cell of a triggered run whose candidate regression this run
+    # re-measures (app.services.confirmation); NULL for every other kind.
+    confirms_cell_id: Mapped[int | None] = mapped_column(
+        ForeignKey("cells.id", ondelete="CASCADE", use_alter=True), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -156,7 +160,8 @@ class Run(Base):
     project: Mapped[Project] = relationship(lazy="joined", innerjoin=True)
     environment: Mapped[Environment] = relationship(lazy="joined", innerjoin=True)
     cells: Mapped[list[Cell]] = relationship(
-        back_populates="run", order_by="Cell.id", cascade="all, delete-orphan"
+        back_populates="run", order_by="Cell.id", cascade="all, delete-orphan",
+        foreign_keys="Cell.run_id",
     )
 
 
@@ -194,7 +199,7 @@ class Cell(Base):
     # skip): a stored result never changes, so detection judges each cell once.
     judgement: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
-    run: Mapped[Run] = relationship(back_populates="cells")
+    run: Mapped[Run] = relationship(back_populates="cells", foreign_keys=[run_id])
     result: Mapped[Result | None] = relationship(back_populates="cell", uselist=False)
 
 
@@ -290,6 +295,11 @@ class Result(Base):
     finished_at: Mapped[str | None] = mapped_column(String(40))
     duration_seconds: Mapped[float | None] = mapped_column(Float)
     stderr_tail: Mapped[str | None] = mapped_column(Text)
+    # Set on a re-measure made to confirm a candidate regression (a result of a "confirm"
+    # run): the result it re-measured. Such results are real measurements but never points
+    # of their series, nor anyone's baseline (see app.services.series, detection).
+    confirms_result_id: Mapped[int | None] = mapped_column(
+        ForeignKey("results.id", ondelete="CASCADE"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     cell: Mapped[Cell] = relationship(back_populates="result")

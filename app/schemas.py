@@ -204,7 +204,7 @@ class CellPublic(BaseModel):
 class RunPublic(BaseModel):
     id: int
     project: str
-    kind: Literal["triggered", "ingest"]
+    kind: Literal["triggered", "ingest", "confirm"]
     revision: str
     branch: str | None
     trigger: str

@@ -9,6 +9,12 @@ Fault injection (tests only): with the environment variable SPEEDWATCH_ALLOW_FAU
 crashes that way before measuring, so the parent's failure handling can be tested for
 real. Without the variable the option is ignored (and stays in the spec), so a stray
 option in production data cannot crash a worker.
+
+Also test-only, and also only with SPEEDWATCH_ALLOW_FAULTS=1: SPEEDWATCH_FAULT_SLOW_CANDIDATE
+(a fraction, e.g. "0.3") makes every timed candidate call take that much longer
+(`run_spec(slow_candidate=)`), a real drop of the speedup. It comes from the environment,
+not the spec, so a test can give one named interpreter (a wrapper script that sets it) a
+slower "environment" than another, as an upgraded backend would be.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 
 FAULT_ENV = "SPEEDWATCH_ALLOW_FAULTS"
 FAULTS = ("segfault", "hang", "oom", "raise")
+SLOW_CANDIDATE_ENV = "SPEEDWATCH_FAULT_SLOW_CANDIDATE"
 # Set by benchmarks.isolation to its own pid: the process this child must not outlive.
 SUPERVISOR_ENV = "SPEEDWATCH_SUPERVISOR_PID"
 
@@ -103,7 +110,13 @@ def main(argv: list[str]) -> int:
 
     from benchmarks.runner import run_spec
 
-    result = run_spec(spec)
+    slow = 0.0
+    if os.environ.get(SLOW_CANDIDATE_ENV):
+        if os.environ.get(FAULT_ENV) == "1":
+            slow = float(os.environ[SLOW_CANDIDATE_ENV])
+        else:
+            print(f"ignoring {SLOW_CANDIDATE_ENV}: {FAULT_ENV} is not set", file=sys.stderr)
+    result = run_spec(spec, slow_candidate=slow)
     _write_atomic(out_path, result.to_json())
     return 0
 

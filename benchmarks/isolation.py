@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,55 @@ def run_isolated(
         return merge_processes(spec, results, started_monotonic=started)
     except (stats.StatsError, ResultError) as exc:
         return _failed(spec, f"merging {k} processes: {exc}", "", started)
+
+
+def run_interleaved(
+    spec: BenchSpec,
+    pythons: list[str],
+    *,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    after_each: Callable[[], None] | None = None,
+) -> list[BenchResult]:
+    """Measure `spec` once per interpreter, their child processes alternating.
+
+    Process j of every interpreter runs before process j + 1 of any (A1, B1, A2, B2, ...
+    for two), so each interpreter's result spans the same stretch of machine time and a
+    drift of the machine hits all of them alike: what a comparison BETWEEN environments
+    needs, where measuring one after the other would fold the drift into the difference.
+    Each interpreter's `spec.timing.processes` children are merged as `run_isolated` merges
+    them. The first child that does not end ok ends the measurement: its interpreter's
+    result is that failure ("process j of K: ..."), the others' a failure that names it.
+    `after_each` is called after every child (a caller's heartbeat: the whole takes
+    len(pythons) * K children, longer than one cell).
+    """
+    k = max(1, spec.timing.processes)
+    started = time.monotonic()
+    try:
+        spec.validate()
+    except SpecError as exc:
+        return [_failed(spec, f"invalid spec: {exc}", "", started) for _ in pythons]
+    done: list[list[BenchResult]] = [[] for _ in pythons]
+    for j in range(k):
+        for i, python in enumerate(pythons):
+            one = _run_one(process_spec(spec, j), timeout_s=timeout_s, python=python,
+                           env=env, cwd=None)
+            if after_each is not None:
+                after_each()
+            if one.status != "ok":
+                one.spec = spec.to_dict()
+                one.reason = f"process {j + 1} of {k}: {one.reason or one.status}"
+                return [one if n == i else _failed(
+                    spec, f"stopped: the interleaved measurement with {pythons[i]} failed "
+                    f"({one.reason})", "", started) for n in range(len(pythons))]
+            done[i].append(one)
+    merged: list[BenchResult] = []
+    for results in done:
+        try:
+            merged.append(merge_processes(spec, results, started_monotonic=started))
+        except (stats.StatsError, ResultError) as exc:
+            merged.append(_failed(spec, f"merging {k} processes: {exc}", "", started))
+    return merged
 
 
 def process_spec(spec: BenchSpec, index: int) -> BenchSpec:

@@ -143,8 +143,12 @@ def _failed_or_skipped(
     )
 
 
-def run_spec(spec: BenchSpec) -> BenchResult:
-    """One measured result for `spec`; never raises for a bad spec or a backend problem."""
+def run_spec(spec: BenchSpec, *, slow_candidate: float = 0.0) -> BenchResult:
+    """One measured result for `spec`; never raises for a bad spec or a backend problem.
+
+    `slow_candidate` is a test-only fault (benchmarks.child passes it only when faults are
+    allowed): each timed candidate call is stretched by that fraction of its own duration,
+    a real and deterministic drop of the speedup, recorded in `evidence.fault`."""
     started, t0 = _now(), time.perf_counter()
     try:
         spec.validate()
@@ -174,7 +178,7 @@ def run_spec(spec: BenchSpec) -> BenchResult:
         return _failed_or_skipped(spec, "skipped", why_not, device_class, started, t0,
                                   fp=_safe_collect(spec.device))
     try:
-        return _measure(spec, backend, device_class, started, t0)
+        return _measure(spec, backend, device_class, started, t0, slow_candidate)
     except BackendUnavailable as exc:
         return _failed_or_skipped(spec, "skipped", str(exc) or "backend unavailable",
                                   device_class, started, t0, fp=_safe_collect(spec.device))
@@ -212,7 +216,8 @@ def _stage(name: str) -> Iterator[None]:
 
 
 def _measure(
-    spec: BenchSpec, backend: Any, device_class: str, started: str, t0: float
+    spec: BenchSpec, backend: Any, device_class: str, started: str, t0: float,
+    slow_candidate: float = 0.0,
 ) -> BenchResult:
     policy = spec.timing
     on_cuda = spec.device == "cuda"
@@ -291,6 +296,19 @@ def _measure(
 
     def candidate_fn() -> torch.Tensor:
         return compiled.run(x)
+
+    if slow_candidate > 0:
+        evidence["fault"] = {"slow_candidate": slow_candidate}
+        fast_fn = candidate_fn
+
+        def candidate_fn() -> torch.Tensor:
+            # Busy-wait, not sleep: a sleep's wake-up latency would add noise of its own.
+            begin = time.perf_counter()
+            out = fast_fn()
+            until = begin + (time.perf_counter() - begin) * (1 + slow_candidate)
+            while time.perf_counter() < until:
+                pass
+            return out
 
     with _stage("cuda graph capture"):
         base_timed, cand_timed = baseline_fn, candidate_fn

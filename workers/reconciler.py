@@ -176,7 +176,7 @@ def _decide(
         report.requeued.append(cell.id)
     session.flush()
     for run_id in sorted(runs_touched):
-        finish_run_if_complete(session, run_id)
+        finish_run_if_complete(session, run_id, settings=settings)
     report.judged_runs = judge_pending_ingests(session, older_than_s=NEVER_ENQUEUED_GRACE_S,
                                                now=now)
     return report, to_send

@@ -50,10 +50,16 @@ def execute_cell(cell_id: int, settings: Settings | None = None) -> str:
     """
     from app.config import get_settings
     from app.db import session_scope
+    from app.services.confirmation import confirmation_pair
     from app.services.runs import claim_cell, finish_run_if_complete, record_result
     from benchmarks.isolation import run_isolated
+    from workers.confirm import execute_confirmation
 
     settings = settings or get_settings()
+    with session_scope(settings) as session:
+        pair = confirmation_pair(session, cell_id)
+    if pair is not None:  # a confirmation re-measure: both of its cells, interleaved
+        return execute_confirmation(pair, settings)
     with session_scope(settings) as session:
         spec = claim_cell(session, cell_id, settings=settings)
         if spec is None:
@@ -61,7 +67,7 @@ def execute_cell(cell_id: int, settings: Settings | None = None) -> str:
             # running out of attempts: in that last case the run may now be complete.
             run_id = _run_of(session, cell_id)
             if run_id is not None:
-                finish_run_if_complete(session, run_id)
+                finish_run_if_complete(session, run_id, settings=settings)
             return "already-finished"
         env = _cell_environment(session, cell_id)
 
@@ -82,7 +88,7 @@ def execute_cell(cell_id: int, settings: Settings | None = None) -> str:
         _fail(cell_id, _reason(exc), settings)
     finally:
         with session_scope(settings) as session:
-            finish_run_if_complete(session, env.run_id)
+            finish_run_if_complete(session, env.run_id, settings=settings)
     return outcome
 
 

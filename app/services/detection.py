@@ -32,12 +32,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.config import Settings, get_settings
 from app.detection.evidence import evidence_sentence
 from app.detection.verdict import (
     DEFAULT_THRESHOLD,
     Baseline,
     BaselineKind,
     CellVerdict,
+    CellVerdictKind,
     HistoryPoint,
     VerdictError,
     combine,
@@ -45,6 +47,7 @@ from app.detection.verdict import (
     select_baseline,
 )
 from app.models import REGRESSION_ACTIVE, Cell, Project, Regression, Result, Run
+from app.services import confirmation
 from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,11 @@ class DetectionPolicy(BaseModel):
     def threshold_for(self, series_key: str) -> float:
         """The series' own threshold if it has one, else the project's."""
         return self.series_thresholds.get(series_key, self.threshold)
+    # Confirm before alarming (app.services.confirmation): a triggered run's candidate
+    # speed regression is re-measured, candidate and baseline environments alternating in
+    # `confirm_processes` child processes each, before its alert opens.
+    confirm: bool = True
+    confirm_processes: int = Field(default=2, ge=2, le=16)
 
 
 def project_policy(project: Project) -> DetectionPolicy:
@@ -154,7 +162,8 @@ def choose_baseline(
             raise VerdictError("baseline policy 'pinned' but no pinned_run_id is set")
         pinned = session.scalars(
             select(Result).where(Result.run_id == policy.pinned_run_id,
-                                 Result.series_id == row.series_id)
+                                 Result.series_id == row.series_id,
+                                 Result.confirms_result_id.is_(None))
         ).first()
         if pinned is None:
             raise VerdictError(
@@ -168,6 +177,7 @@ def choose_baseline(
         select(Result).join(Run, Run.id == Result.run_id)
         .where(Result.series_id == row.series_id, Result.id < row.id,
                Result.run_id != run.id, Result.status == "ok",
+               Result.confirms_result_id.is_(None),  # re-measures are no baseline
                Run.project_id == run.project_id,
                Run.branch.is_not_distinct_from(run.branch))
         .order_by(Result.id.desc()).limit(limit)
@@ -180,26 +190,86 @@ def choose_baseline(
 
 # ---- the run verdict -------------------------------------------------------------------------
 
-def _remember(cell: Cell, verdict: CellVerdict | None = None, note: str | None = None) -> None:
+def _remember(cell: Cell, verdict: CellVerdict | None = None, note: str | None = None,
+              **extra: Any) -> None:
     """Keep a cell's judgement on the cell: a result never changes once stored, so the cell
     is judged once. Ingest runs grow by one result per POST and are re-combined on each;
-    re-judging every earlier cell there (a bootstrap each) made ingest 4x slower."""
+    re-judging every earlier cell there (a bootstrap each) made ingest 4x slower.
+
+    A judgement may hold a verdict, a note for the run's reasons, or both; "confirming"
+    marks a verdict waiting for its re-measure (app.services.confirmation)."""
+    judgement: dict[str, Any] = dict(extra)
+    if verdict is not None:
+        judgement.update(verdict=verdict.verdict, reasons=list(verdict.reasons),
+                         suspect=verdict.suspect)
     if note is not None:
-        cell.judgement = {"note": note}
-    elif verdict is not None:
-        cell.judgement = {"verdict": verdict.verdict, "reasons": list(verdict.reasons),
-                          "suspect": verdict.suspect}
+        judgement["note"] = note
+    cell.judgement = judgement
 
 
-def judge_run(session: Session, run_id: int) -> list[RegressionEvent]:
+@dataclass(frozen=True)
+class _Judged:
+    row: Result
+    document: BenchResult
+    chosen: ChosenBaseline
+    verdict: CellVerdict
+
+
+def _judge_result(
+    session: Session, run: Run, cell: Cell, row: Result, policy: DetectionPolicy
+) -> _Judged | CellVerdict:
+    """The cell's result against its baseline; a bare CellVerdict when no baseline can be
+    had. Deterministic (fixed bootstrap seed): judging the same rows again gives the same
+    verdict, which the second pass of a confirmation relies on."""
+    document = result_document(row, cell.series_key, cell.spec)
+    try:
+        chosen = choose_baseline(session, run, row, policy) if row.status == "ok" \
+            else ChosenBaseline(None, None)
+    except VerdictError as exc:
+        return CellVerdict("error", (f"no baseline: {exc}",))
+    verdict = judge_cell(document, chosen.baseline,
+                         threshold=policy.threshold_for(cell.series_key))
+    if verdict.verdict == "regression" and chosen.baseline is not None:
+        before = chosen.baseline.result
+        if before is not None:
+            verdict = CellVerdict(
+                verdict.verdict,
+                (*verdict.reasons,
+                 f"what changed: {evidence_sentence(before, document)}"),
+                verdict.ratio, verdict.suspect)
+    return _Judged(row, document, chosen, verdict)
+
+
+def _with_reason(verdict: CellVerdict, reason: str, *, first: bool = False,
+                 kind: CellVerdictKind | None = None) -> CellVerdict:
+    reasons = (reason, *verdict.reasons) if first else (*verdict.reasons, reason)
+    return CellVerdict(kind or verdict.verdict, reasons, verdict.ratio, verdict.suspect)
+
+
+def _speed_only_regression(judged: _Judged) -> bool:
+    """A regression for a speed drop alone: re-measuring can tell noise from a real drop.
+    An accuracy failure is deterministic and opens at once."""
+    accuracy = judged.document.accuracy
+    return judged.verdict.verdict == "regression" and (accuracy is None or accuracy.passed)
+
+
+def judge_run(
+    session: Session, run_id: int, settings: Settings | None = None
+) -> list[RegressionEvent]:
     """Set the run's verdict and reasons; open and resolve regressions. Returns the events.
 
     Cells judged by an earlier call (ingest runs are re-combined on every posted result)
     keep their judgement; only cells new since then are judged, and only they can open or
-    resolve a regression.
+    resolve a regression. A triggered run's candidate regression may instead be sent for
+    confirmation (app.services.confirmation); the call that finds its re-measure ended
+    finishes judging that cell.
     """
+    settings = settings or get_settings()
     run = session.get(Run, run_id)
     if run is None:
+        return []
+    if run.kind == "confirm":
+        _judge_confirm_run(session, run)
         return []
     policy = project_policy(run.project)
     cells = session.scalars(select(Cell).where(Cell.run_id == run_id).order_by(Cell.id)).all()
@@ -209,12 +279,12 @@ def judge_run(session: Session, run_id: int) -> list[RegressionEvent]:
     for cell in cells:
         label = cell.series_key
         known = cell.judgement
-        if known is not None:
-            if "note" in known:
-                notes.append(known["note"])
-            else:
+        if known is not None and "confirming" not in known:
+            if "verdict" in known:
                 verdicts[label] = CellVerdict(known["verdict"], tuple(known["reasons"]),
                                               None, bool(known.get("suspect", False)))
+            if "note" in known:
+                notes.append(known["note"])
             continue
         row = session.scalar(select(Result).where(Result.cell_id == cell.id))
         if row is None:
@@ -223,32 +293,53 @@ def judge_run(session: Session, run_id: int) -> list[RegressionEvent]:
                     "error", (f"cell failed: {(cell.error or 'no reason given')[:300]}",))
                 _remember(cell, verdicts[label])
             continue
-        document = result_document(row, cell.series_key, cell.spec)
         if row.status == "skipped":
             notes.append(f"{label}: skipped: {(row.reason or 'no reason given')[:300]}")
             _remember(cell, note=notes[-1])
             continue
-        try:
-            chosen = choose_baseline(session, run, row, policy) if row.status == "ok" \
-                else ChosenBaseline(None, None)
-        except VerdictError as exc:
-            verdicts[label] = CellVerdict("error", (f"no baseline: {exc}",))
-            _remember(cell, verdicts[label])
+        judged = _judge_result(session, run, cell, row, policy)
+        if isinstance(judged, CellVerdict):
+            verdicts[label] = judged
+            _remember(cell, judged)
             continue
-        verdict = judge_cell(document, chosen.baseline,
-                             threshold=policy.threshold_for(cell.series_key))
-        if verdict.verdict == "regression" and chosen.baseline is not None:
-            before = chosen.baseline.result
-            if before is not None:
-                verdict = CellVerdict(
-                    verdict.verdict,
-                    (*verdict.reasons,
-                     f"what changed: {evidence_sentence(before, document)}"),
-                    verdict.ratio, verdict.suspect)
+        verdict = judged.verdict
+        note: str | None = None
+        if row.status == "ok" and _speed_only_regression(judged) \
+                and _would_open(session, run, row, judged.chosen):
+            if known is not None:  # the second pass: the re-measure has ended
+                outcome = confirmation.confirmation_outcome(
+                    session, cell, policy.threshold_for(cell.series_key))
+                if outcome.confirmed is False:
+                    verdict = _with_reason(verdict, f"not confirmed: re-measure shows "
+                                           f"{outcome.sentence}", first=True, kind="pass")
+                    note = f"{label}: regression not confirmed: re-measure shows " \
+                           f"{outcome.sentence}"
+                elif outcome.confirmed:
+                    verdict = _with_reason(verdict, f"confirmed by re-measure: "
+                                           f"{outcome.sentence}")
+                else:
+                    verdict = _with_reason(verdict, f"unconfirmed: {outcome.sentence}")
+            else:
+                why_not = confirmation.why_unconfirmable(run, policy, judged.chosen.result_id,
+                                                         settings)
+                if why_not is None:
+                    assert judged.chosen.result_id is not None
+                    candidate, baseline = confirmation.request_confirmation(
+                        session, run, cell, row, judged.chosen.result_id, policy, settings)
+                    verdicts[label] = _with_reason(
+                        verdict, f"regression suspected: confirming (re-measure queued as "
+                        f"runs {candidate.id} and {baseline.id})", first=True)
+                    _remember(cell, verdicts[label], confirming={
+                        "candidate_run_id": candidate.id, "baseline_run_id": baseline.id})
+                    continue
+                verdict = _with_reason(verdict, f"unconfirmed: {why_not}")
         verdicts[label] = verdict
-        _remember(cell, verdict)
+        _remember(cell, verdict, note=note)
+        if note is not None:
+            notes.append(note)
         if row.status == "ok":
-            events += _track_regressions(session, run, row, document, verdict, chosen, policy)
+            events += _track_regressions(session, run, row, judged.document, verdict,
+                                         judged.chosen, policy)
     run_verdict = combine(verdicts)
     run.verdict = run_verdict.verdict
     reasons = list(run_verdict.reasons) + notes
@@ -256,6 +347,32 @@ def judge_run(session: Session, run_id: int) -> list[RegressionEvent]:
         reasons = [*reasons[: MAX_REASONS - 1], f"... and {len(reasons) - MAX_REASONS + 1} more"]
     run.reasons = reasons
     return events
+
+
+def _judge_confirm_run(session: Session, run: Run) -> None:
+    """A confirm run is no verdict of its own: the run whose cell it re-measures judges it.
+    Its reasons say what it is; "error" if its measurement failed."""
+    cells = session.scalars(select(Cell).where(Cell.run_id == run.id)).all()
+    failed = [c for c in cells if c.status == "failed"]
+    origin = session.get(Cell, run.confirms_cell_id) if run.confirms_cell_id else None
+    about = (f"re-measure in the {confirmation.side_of(run)} environment, to confirm a "
+             f"candidate regression of run {origin.run_id if origin else '?'} "
+             f"({origin.series_key if origin else 'its cell is gone'})")
+    run.verdict = "error" if failed else "pass"
+    run.reasons = [about, *(f"cell failed: {(c.error or 'no reason given')[:300]}"
+                            for c in failed)]
+
+
+def _would_open(session: Session, run: Run, row: Result, chosen: ChosenBaseline) -> bool:
+    """Whether `_track_regressions` would open a regression for this regressed result."""
+    if chosen.baseline is None:
+        return False
+    if session.scalars(select(Regression.id).where(
+            Regression.project_id == run.project_id, Regression.series_id == row.series_id,
+            Regression.status.in_(REGRESSION_ACTIVE))).first() is not None:
+        return False
+    return session.scalars(select(Regression.id)
+                           .where(Regression.opened_by_result_id == row.id)).first() is None
 
 
 # ---- regressions -------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def judge_ingested(run_id: int, settings: Settings) -> None:
     from app.db import session_scope
 
     with session_scope(settings) as session:
-        finish_run_if_complete(session, run_id)
+        finish_run_if_complete(session, run_id, settings=settings)
 
 
 def judge_pending_ingests(session: Session, *, older_than_s: float,

@@ -368,6 +368,10 @@ def store_result(
         row.cell_id = cell.id
     row.run_id = run.id
     row.series_id = series.id
+    if run.confirms_cell_id is not None:
+        # A re-measure for a confirmation: a real result, but no point of its series.
+        row.confirms_result_id = session.scalar(
+            select(Result.id).where(Result.cell_id == run.confirms_cell_id))
     session.add(row)
     env = run.environment
     merged = {**(env.installed or {}), **row.installed_versions}
@@ -454,20 +458,33 @@ def cell_counts(session: Session, run_id: int) -> Counter[str]:
     return Counter({status: count for status, count in rows})
 
 
-def finish_run_if_complete(session: Session, run_id: int) -> bool:
+def finish_run_if_complete(
+    session: Session, run_id: int, *, settings: Settings | None = None
+) -> bool:
     """If no cell of the run is queued or running, set the run's final status and verdict.
 
     Returns True when this call finished the run (so exactly one caller sees True for a
     triggered run). Status: "failed" if any cell failed, else "done". Ingest runs grow with
     every posted result, so they are re-judged on each call.
+
+    Confirmation (app.services.confirmation): a triggered run whose judging asked for a
+    re-measure stays "running" (False here) until its confirm runs end; finishing a confirm
+    run then finishes the run it confirms, in the same transaction (lock order: confirm
+    cell, confirm run, original run). The original run's row lock serialises those callers
+    as it does the callers of its own cells.
     """
+    from app.services.confirmation import confirmation_pending, forget_pending
+
+    settings = settings or get_settings()
     run = _lock_run(session, run_id)
     if run is None:
         return False
-    if run.kind == "triggered" and run.status in ("done", "failed"):
+    if run.kind != "ingest" and run.status in ("done", "failed"):
         return False
     counts = cell_counts(session, run_id)
     if counts["queued"] or counts["running"]:
+        return False
+    if run.kind == "triggered" and confirmation_pending(session, run_id):
         return False
     now = _now()
     run.status = "failed" if counts["failed"] else "done"
@@ -475,23 +492,35 @@ def finish_run_if_complete(session: Session, run_id: int) -> bool:
     run.finished_at = now
     try:
         with session.begin_nested(), session.no_autoflush:
-            on_run_finished(session, run_id)
+            on_run_finished(session, run_id, settings)
     except DATABASE_ERRORS:
         raise  # the store is unreachable: nothing finished, the caller's retry decides
     except Exception as exc:
         # A bug in judging must not leave the run running for ever: nothing would finish it
         # again once its last cell is stored. It ends with verdict "error" and the reason.
         log.exception("judging run %s failed", run_id)
+        forget_pending(session)  # confirmations it asked for were rolled back with it
         run.verdict = "error"
         run.reasons = [f"the verdict could not be computed ({type(exc).__name__}: "
                        f"{_short(exc)}); the results are stored"]
+    if run.kind == "triggered" and confirmation_pending(session, run_id):
+        # Judging sent a candidate regression for a re-measure: not finished yet.
+        run.status = "running"
+        run.finished_at = None
+        run.verdict = None
+        session.flush()
+        return False
     session.flush()
+    if run.kind == "confirm" and run.confirms_cell_id is not None:
+        origin = session.get(Cell, run.confirms_cell_id)
+        if origin is not None:
+            finish_run_if_complete(session, origin.run_id, settings=settings)
     return True
 
 
 # ---- the verdict ---------------------------------------------------------------------------
 
-def on_run_finished(session: Session, run_id: int) -> None:
+def on_run_finished(session: Session, run_id: int, settings: Settings | None = None) -> None:
     """Decide the run's verdict and reasons once its cells are all finished.
 
     Each cell is judged against its series' baseline (app.services.detection); regressions
@@ -502,7 +531,7 @@ def on_run_finished(session: Session, run_id: int) -> None:
     from app.services.detection import judge_run
     from app.services.webhooks import record_deliveries
 
-    events = judge_run(session, run_id)
+    events = judge_run(session, run_id, settings)
     if events:
         record_deliveries(session, [(e.regression_id, e.event) for e in events])
 

@@ -79,7 +79,8 @@ def _points(rows: Sequence[Sequence[Any]]) -> list[Point]:
 def _latest_ok_result_id() -> object:
     return (
         select(Result.id)
-        .where(Result.series_id == Series.id, Result.status == "ok")
+        .where(Result.series_id == Series.id, Result.status == "ok",
+               Result.confirms_result_id.is_(None))
         .order_by(Result.created_at.desc(), Result.id.desc())
         .limit(1)
         .correlate(Series)
@@ -134,7 +135,8 @@ def series_points(
     query = (
         select(*POINT_COLUMNS)
         .join(Run, Run.id == Result.run_id)
-        .where(Result.series_id == series.id, Result.status == "ok")
+        .where(Result.series_id == series.id, Result.status == "ok",
+               Result.confirms_result_id.is_(None))
     )
     if since is not None:
         query = query.where(Result.created_at >= since)
@@ -168,7 +170,8 @@ def recent_speedups(
     ).label("rank")
     ranked = (
         select(Result.series_id, Result.speedup, rank)
-        .where(Result.series_id.in_(series_ids), Result.status == "ok")
+        .where(Result.series_id.in_(series_ids), Result.status == "ok",
+               Result.confirms_result_id.is_(None))
         .subquery()
     )
     rows = session.execute(
@@ -214,7 +217,8 @@ def history_buckets(
                Result.baseline_median_ms, Result.candidate_median_ms, Run.revision,
                Result.id, func.ntile(buckets).over(order_by=order).label("bucket"))
         .join(Run, Run.id == Result.run_id)
-        .where(Result.series_id == series.id, Result.status == "ok", older)
+        .where(Result.series_id == series.id, Result.status == "ok",
+               Result.confirms_result_id.is_(None), older)
         .subquery()
     )
     ranked = select(

@@ -157,7 +157,7 @@ def test_a_run_whose_judging_breaks_still_finishes_with_an_error_verdict(
 ) -> None:
     # Injected failure: judging raised on real ONNX Runtime evidence once, and the run then
     # stayed "running" for ever, since nothing finishes a run after its last cell.
-    def broken_judge(_session: Session, _run_id: int) -> list[object]:
+    def broken_judge(_session: Session, _run_id: int, _settings: object) -> list[object]:
         raise TypeError("a bug in judging")
 
     monkeypatch.setattr("app.services.detection.judge_run", broken_judge)
