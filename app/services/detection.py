@@ -47,7 +47,6 @@ from app.detection.verdict import (
     select_baseline,
 )
 from app.models import REGRESSION_ACTIVE, Cell, Project, Regression, Result, Run
-from app.services import confirmation
 from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup
 
 log = logging.getLogger(__name__)
@@ -264,6 +263,8 @@ def judge_run(
     confirmation (app.services.confirmation); the call that finds its re-measure ended
     finishes judging that cell.
     """
+    from app.services import confirmation  # imports app.schemas, which imports this
+
     settings = settings or get_settings()
     run = session.get(Run, run_id)
     if run is None:
@@ -352,6 +353,8 @@ def judge_run(
 def _judge_confirm_run(session: Session, run: Run) -> None:
     """A confirm run is no verdict of its own: the run whose cell it re-measures judges it.
     Its reasons say what it is; "error" if its measurement failed."""
+    from app.services import confirmation
+
     cells = session.scalars(select(Cell).where(Cell.run_id == run.id)).all()
     failed = [c for c in cells if c.status == "failed"]
     origin = session.get(Cell, run.confirms_cell_id) if run.confirms_cell_id else None
