@@ -10,6 +10,8 @@ Celery worker, and the drop is whatever ORT does with the graph it gets.
 
 The series key (model, backend, weights, precision, batch, device) is the same for both
 revisions; only the environment differs, which is exactly what a converter release does.
+Before the alert opens, the drop is confirmed by re-measuring both environments interleaved
+(app.services.confirmation), so `submit --wait` waits for that too.
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ def test_a_pipeline_that_feeds_ort_its_weights_as_inputs_is_caught_and_alerted(
         # The alert is open, with the evidence sentence, and was delivered to the webhook.
         assert [r["status"] for r in regressions] == ["open"]
         assert "BatchNormalization" in regressions[0]["evidence"]
+        # ...and only after an interleaved re-measure of both environments confirmed it.
+        assert any(r.startswith("confirmed by re-measure") for r in regressions[0]["reasons"]), \
+            regressions[0]["reasons"]
 
         def delivered() -> list[dict[str, Any]] | None:
             return receiver.bodies or None
