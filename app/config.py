@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     venv_cache_dir: Path = Path("./var/venvs")
     cell_timeout_seconds: int = Field(default=1800, ge=10)
     reconcile_after_seconds: int = Field(default=3600, ge=10)
+    # Ingested results are judged after the response, coalesced per run over this window:
+    # a CI job posting a matrix result by result gets one judging pass, not one per POST
+    # (each pass costs a bootstrap and competes with the next request). 0 = judge each
+    # ingest right after its response.
+    ingest_judge_delay_seconds: float = Field(default=0.5, ge=0, le=60)
     max_cell_attempts: int = Field(default=3, ge=1)
     # Redis re-delivers a message its worker never acknowledged (the worker was SIGKILLed,
     # its host died) after this long. None: derived from the task time limits, so that a

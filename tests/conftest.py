@@ -78,6 +78,7 @@ def settings(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]
     env = {
         "SPEEDWATCH_DATABASE_URL": pg_url,
         "SPEEDWATCH_EXECUTOR": "none",
+        "SPEEDWATCH_INGEST_JUDGE_DELAY_SECONDS": "0",  # verdicts right after each POST
         "SPEEDWATCH_PUBLIC_READS": "false",
         "SPEEDWATCH_ENVIRONMENT": "development",
     }

@@ -18,6 +18,8 @@ from its earlier results.
 
 from __future__ import annotations
 
+import logging
+import threading
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select
@@ -39,6 +41,8 @@ from app.services.common import (
 )
 from app.services.runs import RESULT_TO_CELL_STATUS, finish_run_if_complete, store_result
 from benchmarks.result import BenchResult, ResultError
+
+log = logging.getLogger(__name__)
 
 INGEST_QUEUE = "ingest"  # not a real queue: marks cells that no worker ran
 
@@ -102,6 +106,41 @@ def judge_ingested(run_id: int, settings: Settings) -> None:
 
     with session_scope(settings) as session:
         finish_run_if_complete(session, run_id, settings=settings)
+
+
+class JudgingCoalescer:
+    """Judge ingest runs a short while after their results arrive, once per run.
+
+    Posting a matrix result by result would otherwise judge the run once per POST, each
+    pass competing with the next request for this process. The process keeps the run ids
+    posted within `delay_s` and judges each once when the window closes (own thread, own
+    transactions). A process that dies with ids pending loses nothing: the reconciler's
+    `judge_pending_ingests` sweep judges them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[int, Settings] = {}
+        self._timer: threading.Timer | None = None
+
+    def schedule(self, run_id: int, settings: Settings) -> None:
+        with self._lock:
+            self._pending[run_id] = settings
+            if self._timer is None:
+                self._timer = threading.Timer(settings.ingest_judge_delay_seconds, self._drain)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _drain(self) -> None:
+        with self._lock:
+            pending, self._pending, self._timer = self._pending, {}, None
+        for run_id, settings in sorted(pending.items()):
+            try:
+                judge_ingested(run_id, settings)
+            except Exception:  # a timer thread must not die silently; the sweep retries
+                log.exception("judging ingest run %s failed; the reconciler will retry", run_id)
+
+
+coalescer = JudgingCoalescer()
 
 
 def judge_pending_ingests(session: Session, *, older_than_s: float,

@@ -3,6 +3,7 @@ samples against its series' baseline under the project's detection policy."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.config import Settings
+from app.main import create_app
 from app.models import Project
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer, bench_result, tiny_spec
@@ -124,3 +127,23 @@ def test_an_ingest_run_judges_each_cell_once_as_it_grows(
     # with the new one (regression)
     assert run["verdict"] == "regression"
     assert all("bs2" in reason for reason in run["reasons"])
+
+
+def test_results_posted_together_are_judged_shortly_after_their_responses(
+    settings: Settings, ci_token: str
+) -> None:
+    """With a judging window (the production default), POST answers before the verdict
+    exists; the verdict follows within the window, and a drop still opens its regression."""
+    coalescing = settings.model_copy(update={"ingest_judge_delay_seconds": 2.0})
+    with TestClient(create_app(coalescing)) as client:
+        first = post(client, ci_token, body(measured(2.0), "w1"))
+        second = post(client, ci_token, body(measured(1.6), "w2"))
+        assert run_of(client, ci_token, second)["verdict"] is None  # not judged yet
+
+        deadline = time.monotonic() + 20
+        while run_of(client, ci_token, second)["verdict"] is None:
+            assert time.monotonic() < deadline, "the judging window never closed"
+            time.sleep(0.1)
+
+        assert run_of(client, ci_token, first)["verdict"] == "pass"
+        assert run_of(client, ci_token, second)["verdict"] == "regression"

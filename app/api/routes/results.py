@@ -7,7 +7,7 @@ from fastapi import APIRouter, BackgroundTasks, Response
 from app.api.deps import CiToken, SessionDep, SettingsDep
 from app.api.presenters import error_responses
 from app.schemas import ResultIngest, ResultIngestedPublic
-from app.services.results import ingest_result, judge_ingested
+from app.services.results import coalescer, ingest_result, judge_ingested
 
 router = APIRouter(prefix="/api/v1/results", tags=["results"])
 
@@ -34,10 +34,13 @@ def post_result(
     unknown schema_version, non-positive or NaN latencies, an inverted CI, or a series_key
     that its spec and fingerprint device_class do not give -> 422. It is filed under this
     project's "ingest" run for the revision and environment. The verdict is decided after
-    the response is sent: read it from GET /api/v1/runs/{run_id}."""
+    the response is sent (results of one run posted together are judged together, within
+    about half a second): read it from GET /api/v1/runs/{run_id}."""
     stored, created = ingest_result(session, body, settings)
     session.commit()
-    if created:
+    if created and settings.ingest_judge_delay_seconds > 0:
+        coalescer.schedule(stored.run_id, settings)
+    elif created:
         background.add_task(judge_ingested, stored.run_id, settings)
     else:
         response.status_code = 200
