@@ -82,6 +82,8 @@ end
 local json_headers = {["Authorization"] = "Bearer " .. token,
                       ["Content-Type"] = "application/json"}
 local get_headers = {["Authorization"] = "Bearer " .. token}
+-- dashboard pages read the token from the page's cookie, as a browser sends it
+local page_headers = {["Cookie"] = "speedwatch_token=" .. token}
 
 function request()
   counter = counter + 1
@@ -102,7 +104,7 @@ function request()
   elseif kind == "run" then
     return wrk.format("GET", "/api/v1/runs/" .. math.random(runs), get_headers)
   else
-    return wrk.format("GET", pages[math.random(#pages)], get_headers)
+    return wrk.format("GET", pages[math.random(#pages)], page_headers)
   end
 end
 
@@ -235,9 +237,9 @@ def main() -> None:
                        "weights": ["constant", "tensor"]}})
 
         server, base = start_server(dsn, args.workers, queue, workdir / "serve.log")
-        headers = {"Authorization": f"Bearer {token}"}
+        cookies = {"speedwatch_token": token}  # what the dashboard's token field stores
         pages = [p for p in args.page
-                 if httpx.get(base + p, headers=headers, timeout=30).status_code == 200]
+                 if httpx.get(base + p, cookies=cookies, timeout=30).status_code == 200]
         for skipped in sorted(set(args.page) - set(pages)):
             print(f"page {skipped}: not 200 on this server, left out of the mix")
         if not pages:
