@@ -162,6 +162,21 @@ def fill(dsn: str, specs: list[BenchSpec], total: int) -> float:
     return time.perf_counter() - started
 
 
+# ---- scratch database ----------------------------------------------------------------------
+
+def create_database(admin_url: str, prefix: str) -> tuple[str, str]:
+    """A new empty database on the admin URL's server; returns (name, its URL)."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return name, f"{admin_url.rsplit('/', 1)[0]}/{name}"
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 # ---- server and measurement ---------------------------------------------------------------
 
 def free_port() -> int:
@@ -246,11 +261,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
-    name = f"speedwatch_bench_{secrets.token_hex(4)}"
-    server_dsn = args.admin_url.rsplit("/", 1)[0]
-    with psycopg.connect(args.admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = f"{server_dsn}/{name}"
+    name, dsn = create_database(args.admin_url, "speedwatch_bench")
     try:
         upgrade(dsn)
         specs = series_specs(args.series)
@@ -313,8 +324,7 @@ def main() -> None:
                                              "figures": figures}, indent=2))
     finally:
         if not args.keep:
-            with psycopg.connect(args.admin_url, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            drop_database(args.admin_url, name)
 
 
 if __name__ == "__main__":

@@ -14,19 +14,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
-import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_api import DEVICE_CLASS, api_server, fill, measure  # noqa: E402
+from bench_api import (  # noqa: E402
+    DEVICE_CLASS,
+    api_server,
+    create_database,
+    drop_database,
+    fill,
+    measure,
+)
 
 from app.config import Settings  # noqa: E402
 from app.db import session_scope, upgrade  # noqa: E402
@@ -49,12 +54,8 @@ def main() -> None:
                      precision="fp16", batch_size=1, device="cuda")
     specs = [spec, replace(spec, weights="tensor")] if args.overlay else [spec]
     key = spec.series_key(DEVICE_CLASS)
-    name = f"speedwatch_bench_{secrets.token_hex(4)}"
+    name, dsn = create_database(args.admin_url, "speedwatch_bench")
     print(f"database {name}")
-    server_dsn = args.admin_url.rsplit("/", 1)[0]
-    with psycopg.connect(args.admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = f"{server_dsn}/{name}"
     try:
         upgrade(dsn)
         fill_s = fill(dsn, specs, args.points * len(specs))
@@ -80,9 +81,8 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
     finally:
-        with psycopg.connect(args.admin_url, autocommit=True) as admin:
-            if not args.keep:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if not args.keep:
+            drop_database(args.admin_url, name)
 
 
 if __name__ == "__main__":

@@ -41,13 +41,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_api import DEVICE_CLASS, document, fill, free_port, series_specs  # noqa: E402
+from bench_api import (  # noqa: E402
+    DEVICE_CLASS,
+    create_database,
+    document,
+    drop_database,
+    fill,
+    free_port,
+    series_specs,
+)
 
 from app.config import Settings  # noqa: E402
 from app.db import session_scope, upgrade  # noqa: E402
@@ -208,12 +215,8 @@ def main() -> None:
     mix = parse_mix(args.mix)
     steps = [int(c) for c in args.connections.split(",")]
 
-    name = f"speedwatch_load_{secrets.token_hex(4)}"
+    name, dsn = create_database(args.admin_url, "speedwatch_load")
     queue = f"load-{secrets.token_hex(4)}"
-    server_dsn = args.admin_url.rsplit("/", 1)[0]
-    with psycopg.connect(args.admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = f"{server_dsn}/{name}"
     workdir = Path(tempfile.mkdtemp(prefix="speedwatch-load-"))
     server = None
     try:
@@ -313,8 +316,7 @@ def main() -> None:
             print(f"could not delete queue {queue}: {exc}")
         shutil.rmtree(workdir, ignore_errors=True)
         if not args.keep:
-            with psycopg.connect(args.admin_url, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            drop_database(args.admin_url, name)
 
 
 if __name__ == "__main__":

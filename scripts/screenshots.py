@@ -12,19 +12,17 @@ in Debian's Chromium through Playwright.
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 import tempfile
 from pathlib import Path
 
-import psycopg
 from sqlalchemy.orm import Session
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_api import api_server  # noqa: E402
+from bench_api import api_server, create_database, drop_database  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from app.config import Settings  # noqa: E402
@@ -39,10 +37,7 @@ def main() -> None:
     parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
     args = parser.parse_args()
-    name = f"speedwatch_shots_{secrets.token_hex(4)}"
-    with psycopg.connect(args.admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = f"{args.admin_url.rsplit('/', 1)[0]}/{name}"
+    name, dsn = create_database(args.admin_url, "speedwatch_shots")
     try:
         upgrade(dsn)
         settings = Settings(database_url=dsn, executor="none")
@@ -70,8 +65,7 @@ def main() -> None:
                 print(f"wrote {args.out / out}")
             context.close()
     finally:
-        with psycopg.connect(args.admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(args.admin_url, name)
 
 
 if __name__ == "__main__":
