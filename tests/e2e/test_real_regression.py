@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from tests.faults.infra import Processes, wait_for
-from tests.workers.test_webhooks import Receiver
+from tests.receiver import Receiver
 
 pytestmark = pytest.mark.slow
 

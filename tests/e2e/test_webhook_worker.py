@@ -22,7 +22,7 @@ from app.models import Project, Regression, WebhookDelivery
 from app.schemas import ResultIngest
 from app.services.results import ingest_result, judge_ingested
 from tests.app.detection_docs import body, measured
-from tests.workers.test_webhooks import Receiver
+from tests.receiver import Receiver
 
 BROKER = "redis://127.0.0.1:6379/0"
 

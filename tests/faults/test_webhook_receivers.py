@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import httpx
 import pytest
@@ -26,6 +23,7 @@ from sqlalchemy.orm import Session
 from app.models import Project, Regression, Run, WebhookDelivery
 from tests.app.detection_docs import body, measured
 from tests.faults.infra import PrivateRedis, Processes, wait_for
+from tests.receiver import Receiver
 from tests.workers.helpers import tiny_request
 from tests.workers.test_webhooks import closed_port_url
 
@@ -35,44 +33,11 @@ RETRIES = 3
 BACKOFF_S = 0.4
 
 
-class HangingReceiver:
-    """Accepts a POST and answers 200 only once `release` is set (or after a minute)."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.holding = threading.Event()
-        self.bodies: list[dict[str, Any]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                receiver.bodies.append(json.loads(self.rfile.read(length)))
-                receiver.holding.set()
-                receiver.release.wait(timeout=60)
-                receiver.holding.clear()
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_hanging_and_down_receivers_never_hold_up_cells_and_retries_back_off(
     private_redis: PrivateRedis, procs: Processes, base_env: dict[str, str],
     session: Session, queue: str, token: str,
 ) -> None:
-    hanging = HangingReceiver()
+    hanging = Receiver(hold=True)
     down = closed_port_url()
     hooks_queue = base_env["SPEEDWATCH_WEBHOOK_QUEUE"]
     procs.env = {

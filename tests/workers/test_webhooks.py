@@ -7,8 +7,6 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -20,36 +18,8 @@ from app.models import WebhookDelivery
 from app.services.webhooks import deliver_with_retries
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer
+from tests.receiver import Receiver
 from workers.tasks import deliver_webhook
-
-
-class Receiver:
-    """An HTTP server on a free port that answers 500 to the first `failures` posts."""
-
-    def __init__(self, failures: int = 0, status: int = 500) -> None:
-        self.failures, self.status = failures, status
-        self.bodies: list[dict[str, Any]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                receiver.bodies.append(json.loads(self.rfile.read(length)))
-                failing = len(receiver.bodies) <= receiver.failures
-                self.send_response(receiver.status if failing else 200)
-                self.end_headers()
-                self.wfile.write(b"nope" if failing else b"ok")
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(autouse=True)
