@@ -56,6 +56,11 @@ def record_deliveries(
 
 @event.listens_for(Session, "after_commit")
 def _send_after_commit(session: Session) -> None:
+    # SQLAlchemy fires after_commit for a SAVEPOINT's release too (judging runs inside
+    # one), when nothing is committed yet: a delivery sent then was read as missing by its
+    # sender. Only the outermost commit sends.
+    if session.in_nested_transaction():
+        return
     ids = session.info.pop(PENDING_DELIVERIES, None)
     if ids:
         dispatch(ids, get_settings())
@@ -63,7 +68,10 @@ def _send_after_commit(session: Session) -> None:
 
 @event.listens_for(Session, "after_rollback")
 def _forget_after_rollback(session: Session) -> None:
-    session.info.pop(PENDING_DELIVERIES, None)
+    # A SAVEPOINT rolled back leaves the outer transaction's deliveries to be sent; one
+    # recorded inside it is then sent for a row that is gone, which its sender skips.
+    if not session.in_nested_transaction():
+        session.info.pop(PENDING_DELIVERIES, None)
 
 
 def dispatch(delivery_ids: Sequence[int], settings: Settings) -> None:
@@ -114,24 +122,6 @@ def deliver_with_retries(delivery_id: int, settings: Settings) -> Outcome:
         time.sleep(backoff_seconds(retries, settings))
 
 
-def _committed_delivery(session: Session, delivery_id: int) -> WebhookDelivery | None:
-    """The delivery row, waiting briefly for it to become visible.
-
-    Seen in tests on PostgreSQL: the local executor's thread, started from the recording
-    session's after_commit hook, sometimes read nothing where the row was there half a
-    second later. Until that is understood, a missing row is looked for again for up to
-    ~2 s before the delivery counts as gone (the reconciler's sweep re-sends anything a
-    lost dispatch leaves pending)."""
-    for wait_s in (0.0, 0.1, 0.3, 0.6, 1.0):
-        if wait_s:
-            time.sleep(wait_s)
-            session.rollback()  # a fresh snapshot for the next read
-        delivery = session.get(WebhookDelivery, delivery_id)
-        if delivery is not None:
-            return delivery
-    return None
-
-
 def attempt_delivery(delivery_id: int, settings: Settings, *, final: bool) -> Outcome:
     """One POST of the delivery's payload, logged on its row.
 
@@ -142,7 +132,7 @@ def attempt_delivery(delivery_id: int, settings: Settings, *, final: bool) -> Ou
     from app.db import session_scope
 
     with session_scope(settings) as session:
-        delivery = _committed_delivery(session, delivery_id)
+        delivery = session.get(WebhookDelivery, delivery_id)
         if delivery is None or delivery.status != "pending":
             return "gone"
         regression = session.get(Regression, delivery.regression_id)

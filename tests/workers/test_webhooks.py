@@ -144,3 +144,33 @@ def test_recovery_sends_a_resolved_event_through_the_local_executor_thread(
         resolved.attempt, resolved.attempts_log, receiver.bodies)
     assert receiver.bodies[-1]["event"] == "regression.resolved"
     assert receiver.bodies[-1]["regression"]["status"] == "resolved"
+
+
+def test_deliveries_are_sent_after_the_outermost_commit_not_a_savepoints_release(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, client: TestClient,
+    ci_token: str, session: Session,
+) -> None:
+    """Judging records deliveries inside a SAVEPOINT, and SQLAlchemy reports a savepoint's
+    release as a commit: sending then hands the sender a row nobody can see yet."""
+    from app.db import session_scope
+    from app.models import Regression
+    from app.services import webhooks
+
+    hooked(monkeypatch, [{"url": closed_port_url(), "kind": "json"}])
+    open_regression(client, ci_token)
+    regression_id = session.scalars(select(Regression.id)).one()
+    sent: list[list[int]] = []
+    monkeypatch.setattr(webhooks, "dispatch", lambda ids, _settings: sent.append(list(ids)))
+
+    with session_scope(settings) as own:
+        with own.begin_nested():
+            ids = webhooks.record_deliveries(own, [(regression_id, "resolved")])
+        assert sent == []  # the savepoint is released; nothing is committed yet
+        savepoint = own.begin_nested()
+        webhooks.record_deliveries(own, [(regression_id, "resolved")])
+        savepoint.rollback()  # this savepoint only: its delivery goes, the first one stays
+        assert sent == []
+
+    assert sent == [[*ids, ids[0] + 1]]
+    visible = {d.id for d in deliveries(session)}
+    assert ids[0] in visible and ids[0] + 1 not in visible
