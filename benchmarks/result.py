@@ -84,6 +84,26 @@ class BenchResult:
     duration_seconds: float | None = None
     stderr_tail: str | None = None
 
+    def timing_mode(self) -> str:
+        """"graphs" or "nographs": what the result was timed with.
+
+        `evidence.timing.mode` (set by the runner, the actual mode after any fallback);
+        for older documents, both sides graphed per `evidence.timing.cuda_graphs`; for a
+        result that never reached timing, what its spec asked for.
+        """
+        timing = self.evidence.get("timing") if isinstance(self.evidence, dict) else None
+        if isinstance(timing, dict):
+            mode = timing.get("mode")
+            if mode in ("graphs", "nographs"):
+                return str(mode)
+            graphs = timing.get("cuda_graphs")
+            if isinstance(graphs, dict) and graphs:
+                return "graphs" if all(v is True for v in graphs.values()) else "nographs"
+        spec = self.spec if isinstance(self.spec, dict) else {}
+        policy = spec.get("timing") if isinstance(spec.get("timing"), dict) else {}
+        on_cuda = spec.get("device") == "cuda"
+        return "graphs" if on_cuda and policy.get("cuda_graphs", True) is True else "nographs"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

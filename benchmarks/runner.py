@@ -313,18 +313,25 @@ def _measure(
     with _stage("cuda graph capture"):
         base_timed, cand_timed = baseline_fn, candidate_fn
         graphs = {"baseline": False, "candidate": False}
+        fallback: str | None = None
         if on_cuda and policy.cuda_graphs:
-            with torch.inference_mode():
-                base_timed = capture_cuda_graph(baseline_fn)
-                graphs["baseline"] = True
-                if compiled.cuda_graph_safe:
-                    try:
-                        cand_timed = capture_cuda_graph(candidate_fn)
-                        graphs["candidate"] = True
-                    except Exception as exc:
-                        evidence["candidate_cuda_graph_error"] = one_line(exc)
-                else:
-                    evidence["candidate_cuda_graph_error"] = "backend says not capturable"
+            # Both sides replay graphs or neither does: a graphed eager against a launched
+            # candidate would measure launch overhead on one side only.
+            if not compiled.cuda_graph_safe:
+                fallback = "the backend says its program cannot be captured"
+            else:
+                try:
+                    with torch.inference_mode():
+                        base_graphed = capture_cuda_graph(baseline_fn)
+                        cand_graphed = capture_cuda_graph(candidate_fn)
+                    base_timed, cand_timed = base_graphed, cand_graphed
+                    graphs = {"baseline": True, "candidate": True}
+                except Exception as exc:
+                    fallback = f"capture failed: {one_line(exc)}"
+                    torch.cuda.synchronize()
+        if fallback is not None:
+            evidence["cuda_graphs_fallback"] = fallback
+    mode = "graphs" if graphs["baseline"] and graphs["candidate"] else "nographs"
 
     nvml_start = fingerprint.collect_nvml() if on_cuda else None
     with _stage("timing"):
@@ -336,6 +343,8 @@ def _measure(
         "stopped_by": samples.stopped_by,
         "timing_seconds": samples.timing_seconds,
         "cuda_graphs": graphs,
+        "mode": mode,
+        "warmup_seconds": samples.warmup_seconds,
         "clock": "cuda_event" if on_cuda else "perf_counter_ns",
     }
 
@@ -365,7 +374,7 @@ def _measure(
         reason = (f"accuracy: relative L2 error {accuracy.rel_l2:.3g} exceeds the "
                   f"{spec.precision} tolerance {accuracy.tolerance:.3g}")
     return BenchResult(
-        series_key=spec.series_key(fp.get("device_class", device_class)),
+        series_key=spec.series_key(fp.get("device_class", device_class), mode),
         spec=spec.to_dict(),
         status="ok",
         reason=reason,

@@ -39,7 +39,15 @@ class TimingPolicy:
     iters_per_round: int = 10
     max_seconds: float = 30.0  # stop adding rounds past this much timing wall time
     min_rounds: int = 5
-    cuda_graphs: bool = False
+    # On a GPU both sides are timed as CUDA-graph replays unless the caller says otherwise
+    # or capture is impossible (the result then records the fallback and its reason).
+    # Without graphs the launch-bound path swings 1-9% between processes on an H100; with
+    # them 0.01-0.1% (benchmarks/README.md). Ignored on the CPU.
+    cuda_graphs: bool = True
+    # Warm-up runs for at least `warmup_iters` calls of each side AND at least this long:
+    # a process that starts after an idle spell (cold caches, clocks ramping up, lazy
+    # allocator growth) is not yet in the state the timed rounds assume.
+    warmup_seconds: float = 1.0
     bootstrap_resamples: int = 2000
     seed: int = 0
     # Independent processes that each measure the whole policy (rounds, max_seconds), run one
@@ -101,11 +109,25 @@ class BenchSpec:
             label += f"-c{self.num_classes}"
         return label
 
-    def series_key(self, device_class: str) -> str:
+    @property
+    def threads(self) -> int | None:
+        """CPU threads both sides use (runner option), None for the library's default."""
+        value = self.options.get("threads")
+        return None if value is None else int(value)
+
+    @property
+    def requested_timing_mode(self) -> str:
+        """"graphs" when a GPU cell asks for CUDA-graph replays, else "nographs"."""
+        return "graphs" if self.device == "cuda" and self.timing.cuda_graphs else "nographs"
+
+    def series_key(self, device_class: str, timing_mode: str | None = None) -> str:
         """Stable key of everything that must stay equal for two results to compare.
 
         `device_class` comes from the fingerprint ("cpu", "nvidia-h100", ...), not the spec,
-        because the same spec runs on different hardware.
+        because the same spec runs on different hardware. `timing_mode` is what the result
+        was timed with (a GPU cell whose capture failed falls back to "nographs"); None
+        means what the spec asks for. Package versions are never part of it: comparing
+        them along a series is the product.
         """
         return series_key(
             model=self.model_label,
@@ -115,6 +137,9 @@ class BenchSpec:
             batch_size=self.batch_size,
             shape_mode=self.shape_mode,
             device_class=device_class,
+            threads=self.threads,
+            timing_mode=timing_mode or self.requested_timing_mode,
+            options=measurement_options(self.options),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -138,6 +163,24 @@ class BenchSpec:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+TIMING_MODES = ("graphs", "nographs")
+# Spec options that only steer the harness or tests, never what is measured.
+_NOT_MEASUREMENT_OPTIONS = {"threads"}
+
+
+def measurement_options(options: dict[str, Any]) -> str:
+    """Options that change what is measured, as one stable key segment ("" for none).
+
+    `threads` has its own segment; options starting with "_" are test-only faults.
+    """
+    items = sorted(
+        (str(k), v) for k, v in options.items()
+        if k not in _NOT_MEASUREMENT_OPTIONS and not str(k).startswith("_")
+    )
+    return ",".join(f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
+                    for k, v in items)
+
+
 def series_key(
     *,
     model: str,
@@ -147,22 +190,37 @@ def series_key(
     batch_size: int,
     shape_mode: str,
     device_class: str,
+    threads: int | None = None,
+    timing_mode: str = "nographs",
+    options: str = "",
 ) -> str:
-    return (
+    """model/backend/weights/precision/bsN/shape/device/tN|tauto/graphs|nographs[/options]."""
+    key = (
         f"{model}/{backend}/{weights}/{precision}/bs{batch_size}/{shape_mode}/{device_class}"
+        f"/{'tauto' if threads is None else f't{threads}'}/{timing_mode}"
     )
+    return f"{key}/{options}" if options else key
 
 
 SERIES_KEY_FIELDS = ("model", "backend", "weights", "precision", "batch_size", "shape_mode",
-                     "device_class")
+                     "device_class", "threads", "timing_mode", "options")
+_KEY_SHAPE = "model/backend/weights/precision/bsN/shape/device/tN|tauto/graphs|nographs[/options]"
 
 
-def parse_series_key(key: str) -> dict[str, str | int]:
-    parts = key.split("/")
-    if len(parts) != 7 or not parts[4].startswith("bs") or not parts[4][2:].isdigit():
-        raise SpecError(
-            f"series_key: {key!r} is not model/backend/weights/precision/bsN/shape/device"
-        )
-    out: dict[str, str | int] = dict(zip(SERIES_KEY_FIELDS, parts, strict=True))
+def parse_series_key(key: str) -> dict[str, str | int | None]:
+    """The axes of a key; raises SpecError naming the expected shape."""
+    parts = key.split("/", 9)
+    ok = (
+        len(parts) in (9, 10)
+        and parts[4].startswith("bs") and parts[4][2:].isdigit()
+        and (parts[7] == "tauto" or (parts[7].startswith("t") and parts[7][1:].isdigit()))
+        and parts[8] in TIMING_MODES
+        and all(parts)
+    )
+    if not ok:
+        raise SpecError(f"series_key: {key!r} is not {_KEY_SHAPE}")
+    out: dict[str, str | int | None] = dict(zip(SERIES_KEY_FIELDS, parts, strict=False))
     out["batch_size"] = int(parts[4][2:])
+    out["threads"] = None if parts[7] == "tauto" else int(parts[7][1:])
+    out["options"] = parts[9] if len(parts) == 10 else ""
     return out

@@ -33,6 +33,7 @@ class PairedSamples:
     candidate_ms: list[list[float]]
     timing_seconds: float
     stopped_by: str  # "rounds" (policy.rounds reached) or "max_seconds"
+    warmup_seconds: float = 0.0
     cuda_graphs: dict[str, bool] = field(default_factory=dict)
 
     @property
@@ -103,18 +104,26 @@ def time_paired(
 ) -> PairedSamples:
     """Warm up both callables, then measure interleaved rounds until the policy says stop.
 
-    Stops after `policy.rounds` rounds, or earlier once `policy.max_seconds` of timing wall
-    time have passed and at least `policy.min_rounds` rounds exist. Callers pass callables
+    Warm-up alternates the sides for at least `policy.warmup_iters` calls each and at
+    least `policy.warmup_seconds`. Stops after `policy.rounds` rounds, or earlier once
+    `policy.max_seconds` of timing wall time have passed and at least `policy.min_rounds`
+    rounds exist. Callers pass callables
     already wrapped by `capture_cuda_graph` when they want graphs.
     """
     iters = max(1, policy.iters_per_round)
     on_cuda = device == "cuda"
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
     with torch.inference_mode():
-        for _ in range(policy.warmup_iters):
+        warm_start = clock()
+        done_warmup = 0
+        while done_warmup < policy.warmup_iters or clock() - warm_start < policy.warmup_seconds:
             baseline()
             candidate()
+            done_warmup += 1
+            if done_warmup >= policy.warmup_iters:
+                sync()  # a GPU queue must drain before the clock says the time is up
         sync()
+        warmup_seconds = clock() - warm_start
         timer: Callable[[Fn, int], list[float]] = (
             _CudaRoundTimer(iters) if on_cuda else _time_round_cpu
         )
@@ -143,4 +152,5 @@ def time_paired(
         candidate_ms=cand_rounds,
         timing_seconds=elapsed,
         stopped_by=stopped_by,
+        warmup_seconds=warmup_seconds,
     )

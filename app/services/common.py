@@ -84,7 +84,8 @@ def get_or_create_environment(session: Session, canonical: dict[str, Any]) -> En
 
 def get_or_create_series(session: Session, key: str) -> Series:
     axes = parse_series_key(key)
-    return get_or_create(session, Series, {"key": key}, dict(axes))
+    columns = {k: v for k, v in axes.items() if hasattr(Series, k)}
+    return get_or_create(session, Series, {"key": key}, columns)
 
 
 def check_result_document(result: BenchResult, field: str = "result") -> tuple[BenchSpec, str]:
@@ -111,10 +112,10 @@ def check_result_document(result: BenchResult, field: str = "result") -> tuple[B
             )
         # A cell that failed before the fingerprint was taken still names its device class
         # in the key; everything else in the key must follow from the spec.
-        device_class = result.series_key.rsplit("/", 1)[-1]
+        device_class = str(parse_series_key(result.series_key)["device_class"])
     if not isinstance(device_class, str) or not device_class:
         raise InvalidRequest(f"{field}.fingerprint.device_class", "must be a non-empty string")
-    expected = spec.series_key(device_class)
+    expected = spec.series_key(device_class, result.timing_mode())
     if result.series_key != expected:
         raise InvalidRequest(
             f"{field}.series_key",

@@ -16,7 +16,8 @@ TINY_OPTIONS = {"threads": 1}
 
 def tiny_timing(**overrides: Any) -> TimingPolicy:
     values: dict[str, Any] = {"warmup_iters": 2, "rounds": 6, "iters_per_round": 3,
-                              "max_seconds": 5.0, "min_rounds": 3, "bootstrap_resamples": 500}
+                              "max_seconds": 5.0, "min_rounds": 3, "bootstrap_resamples": 500,
+                              "warmup_seconds": 0.0}
     values.update(overrides)
     return TimingPolicy(**values)
 

@@ -41,12 +41,12 @@ def test_bench_runs_the_cross_product_and_writes_json(app: typer.Typer, tmp_path
     assert isinstance(docs, list)
     results = [BenchResult.from_dict(d) for d in docs]
     assert [r.series_key for r in results] == [
-        "resnet18-w8-i32/eager/constant/fp32/bs1/static/cpu",
-        "resnet18-w8-i32/eager/constant/fp32/bs2/static/cpu",
+        "resnet18-w8-i32/eager/constant/fp32/bs1/static/cpu/t1/nographs",
+        "resnet18-w8-i32/eager/constant/fp32/bs2/static/cpu/t1/nographs",
     ]
     assert all(r.status == "ok" for r in results)
     assert results[0].spec["options"] == {"threads": 1}  # JSON-typed option value
-    assert "resnet18-w8-i32/eager/constant/fp32/bs2/static/cpu" in res.output  # summary table
+    assert "resnet18-w8-i32/eager/constant/fp32/bs2/static/cpu/t1/nographs" in res.output  # summary table
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -37,7 +37,7 @@ def test_a_successful_child_returns_its_measured_result(tiny_spec: SpecFactory) 
     result = run_isolated(spec, timeout_s=300)
     assert result.status == "ok", (result.reason, result.stderr_tail)
     assert result.speedup is not None and result.baseline_samples_ms
-    assert result.series_key == "resnet18-w8-i32/eager/constant/fp32/bs1/static/cpu"
+    assert result.series_key == "resnet18-w8-i32/eager/constant/fp32/bs1/static/cpu/t1/nographs"
 
 
 def test_segfault_is_reported_by_signal_name(tiny_spec: SpecFactory) -> None:

@@ -36,7 +36,7 @@ def test_two_processes_merge_into_one_result_with_a_between_process_ci(
     assert result.status == "ok", (result.reason, result.stderr_tail)
     BenchResult.from_json(result.to_json())  # a valid schema-1 document
     assert result.spec == spec.to_dict() and result.spec["timing"]["processes"] == 2
-    assert result.series_key == "resnet18-w8-i32/eager/constant/fp32/bs1/static/cpu"
+    assert result.series_key == "resnet18-w8-i32/eager/constant/fp32/bs1/static/cpu/t1/nographs"
 
     procs = result.evidence["processes"]
     assert len(procs) == 2

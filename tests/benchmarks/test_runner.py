@@ -30,7 +30,7 @@ def test_eager_vs_eager_is_an_aa_control(tiny_spec: SpecFactory) -> None:
     spec = tiny_spec(batch_size=2)
     result = assert_valid_document(run_spec(spec))
     assert result.status == "ok", result.reason
-    assert result.series_key == "resnet18-w8-i32/eager/constant/fp32/bs2/static/cpu"
+    assert result.series_key == "resnet18-w8-i32/eager/constant/fp32/bs2/static/cpu/t1/nographs"
     # Same weights, same input, same kernels: bit-identical output.
     assert result.accuracy is not None
     assert result.accuracy.rel_l2 == 0.0 and result.accuracy.passed
@@ -99,7 +99,7 @@ def test_cuda_spec_without_a_gpu_is_skipped(tiny_spec: SpecFactory) -> None:
     result = assert_valid_document(run_spec(tiny_spec(device="cuda")))
     assert result.status == "skipped"
     assert result.reason == "CUDA is not available here"
-    assert result.series_key.endswith("/cuda")
+    assert result.series_key.endswith("/cuda/t1/graphs")
 
 
 class StandInBackend:
