@@ -36,7 +36,7 @@ from sqlalchemy.types import TypeDecorator
 
 RUN_STATUSES = ("queued", "running", "done", "failed")
 RUN_TERMINAL = ("done", "failed")
-VERDICTS = ("pass", "regression", "error")
+VERDICTS = ("pass", "regression", "inconclusive", "error")
 CELL_STATUSES = ("queued", "running", "done", "failed", "skipped")
 CELL_TERMINAL = ("done", "failed", "skipped")
 RESULT_STATUSES = ("ok", "failed", "skipped")

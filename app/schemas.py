@@ -74,14 +74,27 @@ class EnvironmentIn(StrictModel):
 
 
 class TimingIn(StrictModel):
-    """Overrides of benchmarks.spec.TimingPolicy; omitted fields keep their defaults."""
+    """Overrides of the default timing (benchmarks.spec.default_timing: adaptive over
+    processes; CUDA graphs on a GPU); omitted fields keep the defaults."""
 
     warmup_iters: int | None = Field(default=None, ge=0, le=10_000)
-    rounds: int | None = Field(default=None, ge=1, le=1_000)
+    warmup_seconds: float | None = Field(default=None, ge=0, le=600)
+    rounds: int | None = Field(default=None, ge=1, le=100_000)
     iters_per_round: int | None = Field(default=None, ge=1, le=10_000)
-    max_seconds: float | None = Field(default=None, gt=0, le=3_600)
+    max_seconds: float | None = Field(
+        default=None, gt=0, le=3_600, description="timing seconds per process")
     min_rounds: int | None = Field(default=None, ge=1, le=1_000)
-    cuda_graphs: bool | None = None
+    cuda_graphs: bool | None = Field(
+        default=None, description="GPU: time CUDA-graph replays (default true); a capture "
+        "that fails falls back to plain launches, recorded in the result")
+    processes: int | None = Field(
+        default=None, ge=1, le=16, description="processes measured at least (default 3)")
+    max_processes: int | None = Field(
+        default=None, ge=1, le=32, description="adaptive: processes are added until the "
+        "comparison with the baseline is decided, up to this many")
+    budget_seconds: float | None = Field(
+        default=None, ge=0, le=3_600, description="adaptive: stop adding processes once "
+        "their timing seconds reach this (0: no budget)")
     bootstrap_resamples: int | None = Field(default=None, ge=100, le=100_000)
     seed: int | None = Field(default=None, ge=0)
 
@@ -174,6 +187,10 @@ class CellSpecPublic(BaseModel):
     image_size: int
     width: int
     threads: int | None = Field(default=None, description="CPU threads; null: the library's")
+    cuda_graphs: bool = Field(default=True, description="GPU cells: CUDA-graph replays asked for")
+    processes: int = Field(default=1, description="processes measured at least")
+    max_processes: int = Field(default=0, description="adaptive: processes at most")
+    budget_seconds: float = Field(default=0.0, description="adaptive: timing seconds at most")
 
 
 class ResultSummaryPublic(PublicModel):
@@ -183,9 +200,25 @@ class ResultSummaryPublic(PublicModel):
     speedup: float | None
     ci_low: float | None
     ci_high: float | None
+    ci_method: str | None = Field(
+        default=None, description="processes-variance-components: the interval covers the "
+        "variance between processes; paired-round-bootstrap: one process")
     baseline_median_ms: float | None
     candidate_median_ms: float | None
     accuracy_passed: bool | None
+    evidence: dict[str, Any] = Field(
+        default_factory=dict, description="fusion evidence, timing mode and fallback, "
+        "adaptive measurement (processes, timing seconds, decision)")
+    fingerprint: dict[str, Any] = Field(
+        default_factory=dict, description="what it ran on: device, GPU, clocks and throttling "
+        "at start and end, installed versions")
+
+
+class CellJudgementPublic(BaseModel):
+    verdict: Literal["pass", "regression", "improvement", "inconclusive", "error"] | None = None
+    reasons: list[str] = Field(default_factory=list)
+    suspect: bool = False
+    confirming: bool = Field(default=False, description="a re-measure is under way")
 
 
 class CellPublic(BaseModel):
@@ -197,6 +230,8 @@ class CellPublic(BaseModel):
     error: str | None
     spec: CellSpecPublic
     result: ResultSummaryPublic | None
+    judgement: CellJudgementPublic | None = Field(
+        default=None, description="this cell against its series' baseline, once judged")
     started_at: datetime | None
     finished_at: datetime | None
 
@@ -209,8 +244,13 @@ class RunPublic(BaseModel):
     branch: str | None
     trigger: str
     status: Literal["queued", "running", "done", "failed"]
-    verdict: Literal["pass", "regression", "error"] | None
-    reasons: list[str]
+    verdict: Literal["pass", "regression", "inconclusive", "error"] | None = Field(
+        description="pass; regression (a drop beyond the threshold, confirmed by re-measure "
+        "where possible); inconclusive (a comparison not decided within the cells' timing "
+        "budget: the reasons say which and why); error (a cell failed)")
+    reasons: list[str] = Field(description="every cell's reasons, label first: not-ok cells "
+                               "first, then the rest (no baseline, fallbacks, how long each "
+                               "cell took to decide)")
     environment: EnvironmentPublic
     progress: ProgressPublic
     created_at: datetime

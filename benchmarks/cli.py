@@ -158,13 +158,18 @@ def register(cli: typer.Typer) -> None:
         batch: str = typer.Option("1", help="Batch sizes, comma-separated."),
         shape: str = typer.Option("static", help="static, dynamic (comma list)."),
         device: str = typer.Option("cpu", help="cpu or cuda."),
-        rounds: int = typer.Option(30, min=1, help="Paired rounds to measure (at most)."),
-        min_rounds: int = typer.Option(5, min=1, help="Rounds measured even past --max-seconds."),
-        iters_per_round: int = typer.Option(10, min=1, help="Timed calls per side per round."),
-        warmup: int = typer.Option(10, min=0, help="Warm-up calls per side."),
-        max_seconds: float = typer.Option(30.0, min=0.0, help="Timing budget per spec."),
-        cuda_graphs: bool = typer.Option(False, "--cuda-graphs/--no-cuda-graphs",
-                                         help="Time CUDA-graph replays (GPU only)."),
+        rounds: int | None = typer.Option(None, min=1, help="Paired rounds per process (at "
+                                          "most; default: the service's timing defaults)."),
+        min_rounds: int | None = typer.Option(None, min=1,
+                                              help="Rounds measured even past --max-seconds."),
+        iters_per_round: int | None = typer.Option(None, min=1,
+                                                   help="Timed calls per side per round."),
+        warmup: int | None = typer.Option(None, min=0, help="Warm-up calls per side."),
+        max_seconds: float | None = typer.Option(None, min=0.0,
+                                                 help="Timing seconds per process."),
+        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                         help="Time CUDA-graph replays (GPU only; a failed "
+                                         "capture falls back and says so)."),
         width: int = typer.Option(64, help="Stem width (64 = standard ResNet)."),
         image_size: int = typer.Option(224, help="Input height and width."),
         num_classes: int = typer.Option(1000, min=1, help="Classifier outputs."),
@@ -172,22 +177,43 @@ def register(cli: typer.Typer) -> None:
         isolate: bool = typer.Option(True, "--isolate/--no-isolate",
                                      help="Run each spec in its own child process."),
         timeout: float = typer.Option(600.0, min=1.0, help="Per-process timeout with --isolate."),
-        processes: int = typer.Option(1, min=1, max=16, help="Independent processes per spec "
-                                      "(with --isolate); the CI then includes the variance "
-                                      "between processes. 3 is the useful minimum."),
+        processes: int | None = typer.Option(
+            None, min=1, max=16, help="Processes per spec at least (with --isolate; default "
+            "3): the CI then includes the variance between processes."),
+        max_processes: int | None = typer.Option(
+            None, min=1, max=32, help="Adaptive: add processes until the CI half-width is "
+            "at most half of --threshold, up to this many (default 10 on CPU, 8 on GPU)."),
+        budget: float | None = typer.Option(
+            None, min=0.0, help="Adaptive: stop adding processes once their timing seconds "
+            "reach this (default 45 on CPU, 16 on GPU; 0: none)."),
+        threshold: float = typer.Option(
+            0.03, min=0.001, max=0.5, help="The regression threshold the measurement must "
+            "be precise enough to judge at."),
         option: list[str] = typer.Option([], "--option", help="Backend option key=value "
                                          "(repeatable; JSON values keep their type)."),
         json_out: Path | None = typer.Option(None, "--json", help="Write results here."),
     ) -> None:
         """Measure eager vs optimized backends, paired and interleaved; print a summary."""
-        from benchmarks.spec import BenchSpec, TimingPolicy
+        from dataclasses import replace
+
+        from benchmarks.spec import BenchSpec, default_timing
 
         try:
-            policy = TimingPolicy(
-                warmup_iters=warmup, rounds=rounds, iters_per_round=iters_per_round,
-                max_seconds=max_seconds, min_rounds=min(min_rounds, rounds),
-                cuda_graphs=cuda_graphs, seed=seed, processes=processes,
-            )
+            given: dict[str, Any] = {
+                "warmup_iters": warmup, "rounds": rounds, "iters_per_round": iters_per_round,
+                "max_seconds": max_seconds, "min_rounds": min_rounds, "processes": processes,
+                "max_processes": max_processes, "budget_seconds": budget,
+            }
+            policy = replace(default_timing(device),
+                             **{k: v for k, v in given.items() if v is not None},
+                             cuda_graphs=cuda_graphs, seed=seed)
+            policy = replace(policy, min_rounds=min(policy.min_rounds, policy.rounds))
+            if not isolate:
+                if processes is not None and processes > 1:
+                    raise BadInput("--processes > 1 needs --isolate: repeats inside one "
+                                   "process share compile caches and are not independent")
+                policy = replace(policy, processes=1, max_processes=0)
+            processes = policy.processes
             if processes > 1 and not isolate:
                 raise BadInput("--processes > 1 needs --isolate: repeats inside one process "
                                "share compile caches and are not independent")
@@ -202,7 +228,7 @@ def register(cli: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
 
-        results = run_matrix(specs, isolate=isolate, timeout_s=timeout)
+        results = run_matrix(specs, isolate=isolate, timeout_s=timeout, threshold=threshold)
 
         from rich.console import Console
 
@@ -219,15 +245,19 @@ def register(cli: typer.Typer) -> None:
         raise typer.Exit(1 if any(failed(r) for r in results) else 0)
 
 
-def run_matrix(specs: list[BenchSpec], *, isolate: bool, timeout_s: float) -> list[BenchResult]:
-    """Run specs one after another under a progress bar (on stderr, so stdout stays clean)."""
+def run_matrix(specs: list[BenchSpec], *, isolate: bool, timeout_s: float,
+               threshold: float = 0.03) -> list[BenchResult]:
+    """Run specs one after another under a progress bar (on stderr, so stdout stays clean).
+
+    Isolated specs are measured adaptively: with no baseline to compare with here, a spec
+    is decided once its CI half-width is at most half of `threshold` (precise enough to
+    judge the next run at it), or its process limit or budget is reached."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    if isolate:
-        from benchmarks.isolation import run_isolated
-    else:
-        from benchmarks.runner import run_spec
+    from benchmarks.isolation import run_adaptive
+    from benchmarks.runner import run_spec
+    from benchmarks.stats import Reference
 
     results: list[BenchResult] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -235,7 +265,8 @@ def run_matrix(specs: list[BenchSpec], *, isolate: bool, timeout_s: float) -> li
         task = progress.add_task("bench", total=len(specs))
         for spec in specs:
             progress.update(task, description=spec.series_key(spec.device))
-            result = (run_isolated(spec, timeout_s=timeout_s) if isolate else run_spec(spec))
+            result = (run_adaptive(spec, reference_for=lambda _first: Reference(threshold),
+                                   timeout_s=timeout_s) if isolate else run_spec(spec))
             results.append(result)
             progress.advance(task)
         progress.update(task, description="done")

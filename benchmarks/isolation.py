@@ -170,6 +170,110 @@ def run_isolated(
         return _failed(spec, f"merging {k} processes: {exc}", "", started)
 
 
+ReferenceFor = Callable[[BenchResult], "stats.Reference | None"]
+
+
+def run_adaptive(
+    spec: BenchSpec,
+    *,
+    reference_for: ReferenceFor,
+    timeout_s: float,
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    after_each: Callable[[], None] | None = None,
+) -> BenchResult:
+    """Measure `spec` in child processes until its comparison is decided; one result.
+
+    Runs `spec.timing.processes` children (at least 1), then adds one at a time while the
+    merged speedup does not settle its comparison with the reference (`stats.decide`),
+    up to `timing.max_processes` and while the children's timing seconds stay under
+    `timing.budget_seconds` (0: no budget). `reference_for` is asked once, with the first
+    child's result (its series key names the device class the cell really ran on), for
+    the baseline to decide against; None means "nothing to decide": exactly
+    `timing.processes` children run. Its errors are not the measurement's: they are
+    recorded and the cell is measured as if there were no reference.
+
+    The result is `merge_processes` of the children, with `evidence.adaptive`: the outcome
+    ("pass", "regression", "precise", "undecided"), why it stopped ("decided",
+    "max_processes", "budget"), the processes and timing seconds it took, the reference
+    and the ratio's interval. Failures end the cell as in `run_isolated`.
+    """
+    policy = spec.timing
+    k_min = max(1, policy.processes)
+    k_max = max(k_min, policy.max_processes)
+    started = time.monotonic()
+    try:
+        spec.validate()
+    except SpecError as exc:
+        return _failed(spec, f"invalid spec: {exc}", "", started)
+    results: list[BenchResult] = []
+    reference: stats.Reference | None = None
+    reference_error: str | None = None
+    merged: BenchResult | None = None
+    decision: stats.Decision | None = None
+    stopped_by = "max_processes"
+    j = -1
+    while j + 1 < k_max:
+        j += 1
+        one = _run_one(process_spec(spec, j), timeout_s=timeout_s, python=python, env=env,
+                       cwd=cwd)
+        if after_each is not None:
+            after_each()
+        if one.status != "ok":
+            one.spec = spec.to_dict()
+            if k_max > 1:
+                one.reason = f"process {j + 1} of {len(results) + 1}: {one.reason or one.status}"
+            return one
+        results.append(one)
+        if j == 0:
+            try:
+                reference = reference_for(one)
+            except Exception as exc:  # a lookup problem must not cost the measurement
+                reference_error = f"{type(exc).__name__}: {exc}"[:300]
+            if reference is None:
+                k_max = k_min
+        if len(results) < k_min:
+            continue
+        try:
+            merged = merge_processes(spec, results, started_monotonic=started) \
+                if len(results) > 1 else results[0]
+        except (stats.StatsError, ResultError) as exc:
+            return _failed(spec, f"merging {len(results)} processes: {exc}", "", started)
+        if reference is not None and merged.speedup is not None:
+            decision = stats.decide(merged.speedup, reference)
+            if decision.decided:
+                stopped_by = "decided"
+                break
+        if policy.budget_seconds > 0 and _timing_seconds(results) >= policy.budget_seconds:
+            stopped_by = "budget"
+            break
+    assert merged is not None
+    merged.evidence["adaptive"] = {
+        "outcome": decision.outcome if decision else None,
+        "stopped_by": stopped_by if reference is not None else "fixed_processes",
+        "processes": len(results),
+        "timing_seconds": _timing_seconds(results),
+        "reference_speedup": reference.speedup if reference else None,
+        "reference_log_half": reference.log_half if reference else None,
+        "threshold": reference.threshold if reference else None,
+        "ratio": decision.ratio if decision else None,
+        "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
+        "log_half_width": decision.log_half if decision else None,
+        **({"reference_error": reference_error} if reference_error else {}),
+    }
+    return merged
+
+
+def _timing_seconds(results: list[BenchResult]) -> float:
+    total = 0.0
+    for r in results:
+        timing = r.evidence.get("timing") if isinstance(r.evidence, dict) else None
+        if isinstance(timing, dict) and isinstance(timing.get("timing_seconds"), (int, float)):
+            total += float(timing["timing_seconds"])
+    return total
+
+
 def run_interleaved(
     spec: BenchSpec,
     pythons: list[str],
@@ -226,7 +330,8 @@ def process_spec(spec: BenchSpec, index: int) -> BenchSpec:
     if fault_process is not None and fault_process != index + 1:
         options.pop("_fault", None)
     return replace(spec, options=options,
-                   timing=replace(spec.timing, processes=1, seed=spec.timing.seed + index))
+                   timing=replace(spec.timing, processes=1, max_processes=0,
+                                  seed=spec.timing.seed + index))
 
 
 def _worst_accuracy(results: list[BenchResult]) -> Accuracy | None:

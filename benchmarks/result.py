@@ -100,7 +100,8 @@ class BenchResult:
             if isinstance(graphs, dict) and graphs:
                 return "graphs" if all(v is True for v in graphs.values()) else "nographs"
         spec = self.spec if isinstance(self.spec, dict) else {}
-        policy = spec.get("timing") if isinstance(spec.get("timing"), dict) else {}
+        policy = spec.get("timing")
+        policy = policy if isinstance(policy, dict) else {}
         on_cuda = spec.get("device") == "cuda"
         return "graphs" if on_cuda and policy.get("cuda_graphs", True) is True else "nographs"
 

@@ -52,8 +52,33 @@ class TimingPolicy:
     seed: int = 0
     # Independent processes that each measure the whole policy (rounds, max_seconds), run one
     # after another by `run_isolated`; the CI then includes the between-process variance
-    # (stats.combine_processes), which one process cannot see. 1 = today's single process.
+    # (stats.combine_processes), which one process cannot see. 1 = a single process.
     processes: int = 1
+    # Adaptive measurement (`isolation.run_adaptive`): after `processes` processes, more
+    # are added one at a time until the comparison with the reference is decided at the
+    # threshold (stats.decide), `max_processes` ran, or the processes' timing seconds
+    # reach `budget_seconds`. 0 = no more than `processes` / no budget.
+    max_processes: int = 0
+    budget_seconds: float = 0.0
+
+
+def default_timing(device: str) -> TimingPolicy:
+    """The timing a cell gets when nobody says otherwise (service cells, `speedwatch bench`).
+
+    Adaptive, over processes: a single process's interval describes its own rounds, not
+    what a second run will say (two runs of one spec on this project's CPU landed 4%
+    apart, each with a +-1% CI). So a cell is measured in at least 3 processes (the
+    interval's t quantile is 12.7 with 2, 4.3 with 3) of a few seconds each, and more are
+    added until the comparison with its baseline is decided, within a budget.
+    GPU: CUDA-graph replays, 2 s per process (3 processes decide a 3% threshold in about
+    6 s of timing on an H100); CPU: 3 s per process, a 45 s budget.
+    """
+    if device == "cuda":
+        return TimingPolicy(warmup_iters=20, rounds=2000, iters_per_round=10, max_seconds=2.0,
+                            min_rounds=5, cuda_graphs=True, processes=3, max_processes=8,
+                            budget_seconds=16.0)
+    return TimingPolicy(warmup_iters=5, rounds=200, iters_per_round=5, max_seconds=3.0,
+                        min_rounds=5, processes=3, max_processes=10, budget_seconds=45.0)
 
 
 @dataclass(frozen=True)
@@ -90,6 +115,7 @@ class BenchSpec:
             ("image_size", self.image_size, 32, 1024),
             ("width", self.width, 4, 256),
             ("timing.processes", self.timing.processes, 1, 16),
+            ("timing.max_processes", self.timing.max_processes, 0, 32),
         ]:
             if not isinstance(value, int) or not lo <= value <= hi:
                 raise SpecError(f"{name}: {value!r} must be an integer in [{lo}, {hi}]")

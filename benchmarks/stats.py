@@ -45,6 +45,7 @@ For k = 1 the function returns exactly `speedup_ci` of that process.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -222,3 +223,77 @@ def combine_processes(
         confidence=confidence,
         method=PROCESSES_METHOD,
     )
+
+
+# ---- deciding a comparison (adaptive measurement and the verdict share this rule) ----------
+
+
+def log_half_width(speedup: Speedup) -> float:
+    """Half-width of the speedup's CI on the log scale (the larger side if asymmetric)."""
+    return float(max(np.log(speedup.ci_high / speedup.value),
+                     np.log(speedup.value / speedup.ci_low)))
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a new speedup is compared with: a baseline speedup and how well it is known.
+
+    `log_half` is the baseline's own CI half-width on the log scale (0 for a fixed
+    reference such as a window median); `threshold` the relative drop that is a regression.
+    `speedup=None` means there is no baseline yet: then a measurement is decided once it
+    is precise enough to judge the NEXT one at the threshold (half-width <= threshold / 2).
+    """
+
+    threshold: float
+    speedup: float | None = None
+    log_half: float = 0.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The comparison of a speedup with its reference, and whether it is settled.
+
+    outcome: "pass" (the ratio's CI lies above 1 - threshold), "regression" (below it),
+    "precise" (no reference; CI narrow enough), or "undecided".
+    """
+
+    outcome: str
+    ratio: float | None
+    ratio_low: float | None
+    ratio_high: float | None
+    log_half: float
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome != "undecided"
+
+
+def ratio_interval(new: Speedup, reference: Reference, confidence: float = 0.95) -> tuple[
+        float, float, float]:
+    """(ratio, low, high) of new / reference speedup.
+
+    The two intervals are independent measurements, so their log half-widths add in
+    quadrature (each is a t or percentile 95% half-width: sqrt(h1^2 + h2^2) is the half-width
+    of the sum of two independent normal errors at the same level; with t quantiles it errs
+    on the wide side). `confidence` is that of the inputs; it is not re-derived here.
+    """
+    del confidence
+    if reference.speedup is None or reference.speedup <= 0:
+        raise StatsError("reference: a positive speedup is needed for a ratio")
+    ratio = new.value / reference.speedup
+    half = float(np.sqrt(log_half_width(new) ** 2 + reference.log_half ** 2))
+    return ratio, float(ratio * np.exp(-half)), float(ratio * np.exp(half))
+
+
+def decide(new: Speedup, reference: Reference) -> Decision:
+    """Whether `new` settles its comparison with `reference` at the reference's threshold."""
+    if not 0 <= reference.threshold < 1:
+        raise StatsError(f"threshold: {reference.threshold!r} must be in [0, 1)")
+    h = log_half_width(new)
+    if reference.speedup is None:
+        precise = h <= reference.threshold / 2
+        return Decision("precise" if precise else "undecided", None, None, None, h)
+    ratio, low, high = ratio_interval(new, reference)
+    limit = 1 - reference.threshold
+    outcome = "regression" if high < limit else "pass" if low >= limit else "undecided"
+    return Decision(outcome, ratio, low, high, h)

@@ -69,9 +69,10 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     return outcome
 
 
-def _heartbeat(ids: tuple[int, int], settings: Settings) -> None:
-    """Mark both cells as moving after each child: the pair takes 2 * K children, and the
-    reconciler takes a running cell without progress for `reconcile_after_seconds` as lost."""
+def _heartbeat(ids: tuple[int, ...], settings: Settings) -> None:
+    """Mark the cells as moving after each child: a pair takes 2 * K children and an
+    adaptive cell up to `max_processes`, and the reconciler takes a running cell without
+    progress for `reconcile_after_seconds` as lost."""
     from sqlalchemy import update
 
     from app.db import session_scope

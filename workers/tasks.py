@@ -52,8 +52,8 @@ def execute_cell(cell_id: int, settings: Settings | None = None) -> str:
     from app.db import session_scope
     from app.services.confirmation import confirmation_pair
     from app.services.runs import claim_cell, finish_run_if_complete, record_result
-    from benchmarks.isolation import run_isolated
-    from workers.confirm import execute_confirmation
+    from benchmarks.isolation import run_adaptive
+    from workers.confirm import _heartbeat, execute_confirmation
 
     settings = settings or get_settings()
     with session_scope(settings) as session:
@@ -74,8 +74,13 @@ def execute_cell(cell_id: int, settings: Settings | None = None) -> str:
     outcome = "failed"
     try:
         python = resolve_python(env.pins, env.interpreter, settings)
-        result = run_isolated(spec, timeout_s=float(settings.cell_timeout_seconds),
-                              python=python)
+        # Adaptive: processes are added until the comparison with the series' baseline is
+        # decided at the project's threshold (or the spec's budget is spent). The baseline
+        # is looked up once the first process names the device class it ran on.
+        result = run_adaptive(
+            spec, reference_for=lambda first: _reference(cell_id, first.series_key, settings),
+            timeout_s=float(settings.cell_timeout_seconds), python=python,
+            after_each=lambda: _heartbeat((cell_id,), settings))
         _annotate(result, env, python)
         with session_scope(settings) as session:
             stored = record_result(session, cell_id, result)
@@ -90,6 +95,15 @@ def execute_cell(cell_id: int, settings: Settings | None = None) -> str:
         with session_scope(settings) as session:
             finish_run_if_complete(session, env.run_id, settings=settings)
     return outcome
+
+
+def _reference(cell_id: int, series_key: str, settings: Settings) -> Any:
+    """The reference a measurement of this cell must decide against (see run_adaptive)."""
+    from app.db import session_scope
+    from app.services.detection import decision_reference
+
+    with session_scope(settings) as session:
+        return decision_reference(session, cell_id, series_key)
 
 
 def resolve_python(

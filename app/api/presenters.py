@@ -8,6 +8,7 @@ from typing import Any
 
 from app.models import Cell, Result, Run, Series
 from app.schemas import (
+    CellJudgementPublic,
     CellPublic,
     CellSpecPublic,
     EnvironmentPublic,
@@ -48,6 +49,14 @@ def run_public(run: Run, counts: Counter[str]) -> RunPublic:
 
 def cell_public(cell: Cell, result: Result | None) -> CellPublic:
     spec = cell.spec
+    timing = spec.get("timing") or {}
+    judgement = None
+    if cell.judgement and ("verdict" in cell.judgement or "note" in cell.judgement):
+        known = cell.judgement
+        judgement = CellJudgementPublic(
+            verdict=known.get("verdict"),
+            reasons=list(known.get("reasons") or ([known["note"]] if "note" in known else [])),
+            suspect=bool(known.get("suspect", False)), confirming="confirming" in known)
     return CellPublic(
         id=cell.id,
         series_key=cell.series_key,
@@ -56,8 +65,13 @@ def cell_public(cell: Cell, result: Result | None) -> CellPublic:
         attempts=cell.attempts,
         error=cell.error,
         spec=CellSpecPublic(**{k: spec[k] for k in CellSpecPublic.model_fields if k in spec},
-                            threads=(spec.get("options") or {}).get("threads")),
+                            threads=(spec.get("options") or {}).get("threads"),
+                            cuda_graphs=bool(timing.get("cuda_graphs", True)),
+                            processes=int(timing.get("processes", 1)),
+                            max_processes=int(timing.get("max_processes", 0)),
+                            budget_seconds=float(timing.get("budget_seconds", 0.0))),
         result=ResultSummaryPublic.model_validate(result) if result is not None else None,
+        judgement=judgement,
         started_at=cell.started_at,
         finished_at=cell.finished_at,
     )

@@ -14,6 +14,20 @@ baseline speedup, from a bootstrap over the rounds of both results:
 - When the baseline is a history window (a median of past speedups, no raw samples), it is
   taken as a fixed reference and only the new result is resampled.
 
+Results measured in several processes (`benchmarks.stats.combine_processes`) carry an
+interval that includes the variance BETWEEN processes, which a round bootstrap cannot see
+(two processes of one machine often disagree beyond their round CIs). When either side of a
+comparison is such a result, the ratio's interval is built from the two results' own
+intervals (log half-widths in quadrature, `benchmarks.stats.ratio_interval`), the same rule
+adaptive measurement stops on, so a cell the worker called decided is judged decided here.
+
+Verdicts: "regression" (the ratio's interval lies below 1 - threshold), "improvement"
+(above 1 + threshold), "pass" (its lower end is at or above 1 - threshold: a drop beyond
+the threshold is ruled out), otherwise "inconclusive": the interval straddles the
+threshold. An inconclusive cell whose point estimate is past the threshold is `suspect`:
+it is re-measured like a candidate regression (app.services.confirmation); one that is
+not says so in its reasons. No verdict is a silent pass.
+
 Accuracy failures count as regressions (a fast wrong answer is not a speedup), and failed
 cells as errors; every verdict carries reasons a person can read.
 """
@@ -28,11 +42,12 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.result import BenchResult
+from benchmarks.result import BenchResult, Speedup
+from benchmarks.stats import PROCESSES_METHOD, Reference, StatsError, log_half_width, ratio_interval
 
 Rounds = Sequence[Sequence[float]]
-CellVerdictKind = Literal["pass", "regression", "improvement", "error"]
-RunVerdictKind = Literal["pass", "regression", "error"]
+CellVerdictKind = Literal["pass", "regression", "improvement", "inconclusive", "error"]
+RunVerdictKind = Literal["pass", "regression", "inconclusive", "error"]
 BaselineKind = Literal["previous", "pinned", "window"]
 
 DEFAULT_THRESHOLD = 0.03
@@ -197,6 +212,29 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
+def _classify(est: RatioEstimate, threshold: float, confidence: float,
+              baseline_description: str) -> CellVerdict:
+    words = (
+        f"speedup {est.baseline_speedup:.2f}x -> {est.new_speedup:.2f}x "
+        f"({_pct(est.ratio - 1)}; {confidence:.0%} CI {_pct(est.ci_low - 1)} to "
+        f"{_pct(est.ci_high - 1)}) against {baseline_description}"
+    )
+    limit = f"{threshold:.0%}"
+    if est.ci_high < 1 - threshold:
+        return CellVerdict("regression", (f"{words}: slower by more than {limit}",), est)
+    if est.ci_low > 1 + threshold:
+        return CellVerdict("improvement", (f"{words}: faster by more than {limit}",), est)
+    if est.ci_low >= 1 - threshold:
+        return CellVerdict("pass", (f"{words}: no change beyond {limit}",), est)
+    if est.ratio < 1 - threshold:
+        return CellVerdict("inconclusive", (
+            f"{words}: suspect: the drop is not certain beyond {limit} (re-measure to "
+            "confirm)",), est, suspect=True)
+    return CellVerdict("inconclusive", (
+        f"{words}: uncertain: a drop beyond {limit} is not ruled out (measure longer: "
+        "more processes or a larger timing budget)",), est)
+
+
 def judge_samples(
     new_eager: Rounds,
     new_candidate: Rounds,
@@ -208,27 +246,74 @@ def judge_samples(
     resamples: int = 2000,
     seed: int = 0,
 ) -> CellVerdict:
-    """Verdict on raw per-round latencies: regression iff CI upper bound < 1 - threshold."""
+    """Verdict on raw per-round latencies (one process each): see the module docstring."""
     if not 0 <= threshold < 1:
         raise VerdictError(f"threshold: {threshold} must be in [0, 1)")
     est = speedup_ratio_ci(new_eager, new_candidate, baseline, confidence=confidence,
                            resamples=resamples, seed=seed)
-    words = (
-        f"speedup {est.baseline_speedup:.2f}x -> {est.new_speedup:.2f}x "
-        f"({_pct(est.ratio - 1)}; {confidence:.0%} CI {_pct(est.ci_low - 1)} to "
-        f"{_pct(est.ci_high - 1)}) against {baseline_description}"
-    )
-    limit = f"{threshold:.0%}"
-    if est.ci_high < 1 - threshold:
-        return CellVerdict("regression", (f"{words}: slower by more than {limit}",), est)
-    if est.ci_low > 1 + threshold:
-        return CellVerdict("improvement", (f"{words}: faster by more than {limit}",), est)
-    suspect = est.ratio < 1 - threshold
-    note = (
-        f"{words}: the drop is not certain beyond {limit} (re-measure to confirm)"
-        if suspect else f"{words}: no change beyond {limit}"
-    )
-    return CellVerdict("pass", (note,), est, suspect=suspect)
+    return _classify(est, threshold, confidence, baseline_description)
+
+
+def judge_intervals(
+    new: Speedup,
+    baseline: Speedup | float,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    baseline_description: str = "the baseline",
+) -> CellVerdict:
+    """Verdict from two results' own intervals (multi-process results): module docstring."""
+    if not 0 <= threshold < 1:
+        raise VerdictError(f"threshold: {threshold} must be in [0, 1)")
+    if isinstance(baseline, Speedup):
+        reference = Reference(threshold, baseline.value, log_half_width(baseline))
+    else:
+        if not math.isfinite(baseline) or baseline <= 0:
+            raise VerdictError(f"baseline speedup {baseline!r} is not a positive number")
+        reference = Reference(threshold, float(baseline), 0.0)
+    try:
+        ratio, low, high = ratio_interval(new, reference)
+    except StatsError as exc:
+        raise VerdictError(str(exc)) from None
+    assert reference.speedup is not None
+    est = RatioEstimate(ratio, min(low, ratio), max(high, ratio), new.confidence, new.value,
+                        reference.speedup)
+    return _classify(est, threshold, new.confidence, baseline_description)
+
+
+def _hierarchical(speedup: Speedup | None) -> bool:
+    return speedup is not None and speedup.method == PROCESSES_METHOD
+
+
+def judge_results(
+    new: BenchResult,
+    baseline: BenchResult | float,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    baseline_description: str = "the baseline",
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> CellVerdict:
+    """The speed verdict of `new` against a baseline result (or a fixed speedup), by the
+    interval rule when either was measured in several processes, else the round bootstrap."""
+    base_speedup = baseline.speedup if isinstance(baseline, BenchResult) else None
+    if _hierarchical(new.speedup) or _hierarchical(base_speedup):
+        if new.speedup is None:
+            raise VerdictError("the new result has no speedup")
+        ref: Speedup | float = base_speedup if base_speedup is not None else (
+            baseline if not isinstance(baseline, BenchResult) else 0.0)
+        return judge_intervals(new.speedup, ref, threshold=threshold,
+                               baseline_description=baseline_description)
+    if isinstance(baseline, BenchResult):
+        ref_rounds: tuple[Rounds, Rounds] | float = (
+            (baseline.baseline_samples_ms, baseline.candidate_samples_ms)
+            if baseline.baseline_samples_ms and baseline.candidate_samples_ms
+            else (baseline.speedup.value if baseline.speedup else 0.0))
+    else:
+        ref_rounds = baseline
+    return judge_samples(new.baseline_samples_ms, new.candidate_samples_ms, ref_rounds,
+                         threshold=threshold, baseline_description=baseline_description,
+                         confidence=confidence, resamples=resamples, seed=seed)
 
 
 def _accuracy_reason(result: BenchResult, baseline: Baseline | None) -> str | None:
@@ -268,19 +353,19 @@ def judge_cell(
     elif not result.baseline_samples_ms or not result.candidate_samples_ms:
         return CellVerdict("error", (*reasons, "result has no raw samples to judge"))
     else:
-        ref: tuple[Rounds, Rounds] | float = baseline.speedup
         b = baseline.result
-        if b is not None and b.baseline_samples_ms and b.candidate_samples_ms:
-            ref = (b.baseline_samples_ms, b.candidate_samples_ms)
+        reference: BenchResult | float = b if b is not None and b.speedup is not None \
+            else baseline.speedup
         try:
-            speed = judge_samples(
-                result.baseline_samples_ms, result.candidate_samples_ms, ref,
-                threshold=threshold, baseline_description=baseline.description,
-                confidence=confidence, resamples=resamples, seed=seed,
+            speed = judge_results(
+                result, reference, threshold=threshold,
+                baseline_description=baseline.description, confidence=confidence,
+                resamples=resamples, seed=seed,
             )
         except VerdictError as exc:
             return CellVerdict("error", (*reasons, f"cannot judge the samples: {exc}"))
         reasons.extend(speed.reasons)
+    reasons.extend(measurement_notes(result))
     ratio = speed.ratio if speed else None
     suspect = speed.suspect if speed else False
     if accuracy or (speed and speed.verdict == "regression"):
@@ -289,18 +374,45 @@ def judge_cell(
     return CellVerdict(kind, tuple(reasons), ratio, suspect)
 
 
-def combine(cells: Mapping[str, CellVerdict]) -> RunVerdict:
-    """Run verdict: regression if any cell regressed, else error if any failed, else pass.
+def measurement_notes(result: BenchResult) -> list[str]:
+    """How the result was measured, where a reader of the verdict must know it: a timing
+    fallback, and how long the adaptive measurement took to decide (or that it did not)."""
+    notes: list[str] = []
+    evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
+    fallback = evidence.get("cuda_graphs_fallback")
+    if fallback:
+        notes.append(f"timed without CUDA graphs (fallback): {fallback}")
+    adaptive = evidence.get("adaptive")
+    if isinstance(adaptive, Mapping) and adaptive.get("processes"):
+        k, seconds = adaptive.get("processes"), adaptive.get("timing_seconds") or 0.0
+        stopped = adaptive.get("stopped_by")
+        how = (f"decided after {k} processes ({seconds:.1f} s of timing)"
+               if stopped == "decided" else
+               f"not decided: stopped at {k} processes ({seconds:.1f} s of timing) by the "
+               f"{'timing budget' if stopped == 'budget' else 'process limit'}"
+               if stopped in ("budget", "max_processes") else
+               f"measured in {k} processes ({seconds:.1f} s of timing)")
+        notes.append(f"measurement: {how}")
+    return notes
 
-    Reasons are those of the cells that are not ok, each prefixed with its cell's label.
+
+def combine(cells: Mapping[str, CellVerdict]) -> RunVerdict:
+    """Run verdict: regression if any cell regressed, else error if any failed, else
+    inconclusive if any cell is undecided, else pass.
+
+    Reasons are every cell's, each prefixed with its cell's label: the cells that are not
+    ok first (they decide the verdict), then the others, so even a pass says what it rests
+    on (no baseline yet, no change beyond the threshold, a timing fallback).
     """
     bad = {label: v for label, v in cells.items() if not v.ok}
-    reasons = tuple(f"{label}: {r}" for label, v in bad.items() for r in v.reasons)
+    good = {label: v for label, v in cells.items() if v.ok}
+    reasons = tuple(f"{label}: {r}" for group in (bad, good)
+                    for label, v in group.items() for r in v.reasons)
     kinds = {v.verdict for v in bad.values()}
-    if "regression" in kinds:
-        return RunVerdict("regression", reasons)
-    if "error" in kinds:
-        return RunVerdict("error", reasons)
+    order: tuple[RunVerdictKind, ...] = ("regression", "error", "inconclusive")
+    for kind in order:
+        if kind in kinds:
+            return RunVerdict(kind, reasons)
     return RunVerdict("pass", reasons)
 
 

@@ -43,7 +43,7 @@ from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
-from app.detection.verdict import VerdictError, judge_samples
+from app.detection.verdict import VerdictError, judge_results
 from app.models import RUN_TERMINAL, Cell, Result, Run
 from app.services.common import canonical_hash, spec_hash
 from benchmarks.spec import BenchSpec
@@ -179,8 +179,17 @@ def _side_cells(session: Session, confirms_cell_id: int) -> dict[Side, Cell]:
 
 @dataclass(frozen=True)
 class ConfirmationOutcome:
-    confirmed: bool | None  # None: the re-measure failed, nothing was learnt
+    # The re-measure's own verdict (pass, improvement, regression, inconclusive); None: it
+    # failed and nothing was learnt.
+    verdict: str | None
     sentence: str
+
+    @property
+    def confirmed(self) -> bool | None:
+        """True: the drop is real; False: it is not; None: the re-measure says nothing."""
+        if self.verdict is None or self.verdict == "inconclusive":
+            return None
+        return self.verdict == "regression"
 
 
 def confirmation_outcome(
@@ -201,17 +210,20 @@ def confirmation_outcome(
     cand, base = results["candidate"], results["baseline"]
     base_run = session.get(Run, base.run_id)
     processes = BenchSpec.from_dict(cells["candidate"].spec).timing.processes
+    from app.services.detection import result_document
+
+    cand_doc = result_document(cand, cells["candidate"].series_key, cells["candidate"].spec)
+    base_doc = result_document(base, cells["baseline"].series_key, cells["baseline"].spec)
     try:
-        verdict = judge_samples(
-            cand.baseline_samples_ms, cand.candidate_samples_ms,
-            (base.baseline_samples_ms, base.candidate_samples_ms), threshold=threshold,
+        verdict = judge_results(
+            cand_doc, base_doc, threshold=threshold,
             baseline_description=(
                 f"the baseline's environment ({base_run.revision if base_run else '?'}) "
                 f"re-measured alternately with it, {processes} processes each"),
         )
     except VerdictError as exc:
         return ConfirmationOutcome(None, f"the re-measure cannot be judged: {exc}")
-    return ConfirmationOutcome(verdict.verdict == "regression", verdict.reasons[0])
+    return ConfirmationOutcome(verdict.verdict, verdict.reasons[0])
 
 
 def forget_pending(session: Session) -> None:

@@ -48,6 +48,7 @@ from app.detection.verdict import (
 )
 from app.models import REGRESSION_ACTIVE, Cell, Project, Regression, Result, Run
 from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup
+from benchmarks.stats import Reference, log_half_width
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,48 @@ def choose_baseline(
     return ChosenBaseline(baseline, result_id)
 
 
+# ---- the reference an adaptive measurement decides against -----------------------------------
+
+def decision_reference(session: Session, cell_id: int, series_key: str) -> Reference | None:
+    """What a measurement of this cell must settle: its series' baseline under the project's
+    policy, with the baseline's own uncertainty, and the series' threshold.
+
+    Looked up by series key among this project's results on the run's branch (the cell's
+    result does not exist yet). No baseline yet: a Reference without a speedup (measure
+    until precise enough to judge the next run). None for confirm runs, which measure a
+    fixed number of processes interleaved.
+    """
+    cell = session.get(Cell, cell_id)
+    run = session.get(Run, cell.run_id) if cell is not None else None
+    if cell is None or run is None or run.kind == "confirm":
+        return None
+    policy = project_policy(run.project)
+    threshold = policy.threshold_for(series_key)
+    base = (select(Result).join(Cell, Cell.id == Result.cell_id).join(Run, Run.id == Result.run_id)
+            .where(Cell.series_key == series_key, Result.status == "ok",
+                   Result.confirms_result_id.is_(None), Run.project_id == run.project_id))
+    if policy.baseline == "pinned":
+        if policy.pinned_run_id is None:
+            return Reference(threshold)
+        pinned = session.scalars(base.where(Result.run_id == policy.pinned_run_id)).first()
+        return _reference_of(pinned, threshold)
+    earlier = list(session.scalars(
+        base.where(Result.run_id != run.id, Run.branch.is_not_distinct_from(run.branch))
+        .order_by(Result.id.desc()).limit(1 if policy.baseline == "previous" else policy.window)
+    ))
+    if policy.baseline == "previous" or not earlier:
+        return _reference_of(earlier[0] if earlier else None, threshold)
+    values = sorted(r.speedup for r in earlier if r.speedup is not None)
+    return Reference(threshold, float(values[len(values) // 2]) if values else None, 0.0)
+
+
+def _reference_of(row: Result | None, threshold: float) -> Reference:
+    if row is None or row.speedup is None or row.ci_low is None or row.ci_high is None:
+        return Reference(threshold)
+    return Reference(threshold, row.speedup,
+                     log_half_width(Speedup(row.speedup, row.ci_low, row.ci_high)))
+
+
 # ---- the run verdict -------------------------------------------------------------------------
 
 def _remember(cell: Cell, verdict: CellVerdict | None = None, note: str | None = None,
@@ -245,11 +288,15 @@ def _with_reason(verdict: CellVerdict, reason: str, *, first: bool = False,
     return CellVerdict(kind or verdict.verdict, reasons, verdict.ratio, verdict.suspect)
 
 
-def _speed_only_regression(judged: _Judged) -> bool:
-    """A regression for a speed drop alone: re-measuring can tell noise from a real drop.
-    An accuracy failure is deterministic and opens at once."""
+def _needs_remeasure(judged: _Judged) -> bool:
+    """A regression for a speed drop alone, or an undecided cell whose point estimate is
+    past the threshold (suspect): re-measuring tells noise from a real drop. An accuracy
+    failure is deterministic and opens at once."""
     accuracy = judged.document.accuracy
-    return judged.verdict.verdict == "regression" and (accuracy is None or accuracy.passed)
+    verdict = judged.verdict
+    speed_drop = verdict.verdict == "regression" or (
+        verdict.verdict == "inconclusive" and verdict.suspect)
+    return speed_drop and (accuracy is None or accuracy.passed)
 
 
 def judge_run(
@@ -305,20 +352,25 @@ def judge_run(
             continue
         verdict = judged.verdict
         note: str | None = None
-        if row.status == "ok" and _speed_only_regression(judged) \
+        if row.status == "ok" and _needs_remeasure(judged) \
                 and _would_open(session, run, row, judged.chosen):
+            suspect_only = verdict.verdict == "inconclusive"
             if known is not None:  # the second pass: the re-measure has ended
                 outcome = confirmation.confirmation_outcome(
                     session, cell, policy.threshold_for(cell.series_key))
-                if outcome.confirmed is False:
+                if outcome.verdict in ("pass", "improvement"):
                     verdict = _with_reason(verdict, f"not confirmed: re-measure shows "
                                            f"{outcome.sentence}", first=True, kind="pass")
-                    note = f"{label}: regression not confirmed: re-measure shows " \
-                           f"{outcome.sentence}"
-                elif outcome.confirmed:
+                    note = f"{label}: {'suspected drop' if suspect_only else 'regression'} " \
+                           f"not confirmed: re-measure shows {outcome.sentence}"
+                elif outcome.verdict == "regression":
                     verdict = _with_reason(verdict, f"confirmed by re-measure: "
-                                           f"{outcome.sentence}")
-                else:
+                                           f"{outcome.sentence}", kind="regression")
+                elif outcome.verdict == "inconclusive":
+                    verdict = _with_reason(verdict, f"re-measure inconclusive: "
+                                           f"{outcome.sentence}", first=True,
+                                           kind="inconclusive")
+                else:  # the re-measure failed: a real regression must not hide behind it
                     verdict = _with_reason(verdict, f"unconfirmed: {outcome.sentence}")
             else:
                 why_not = confirmation.why_unconfirmable(run, policy, judged.chosen.result_id,
@@ -327,13 +379,16 @@ def judge_run(
                     assert judged.chosen.result_id is not None
                     candidate, baseline = confirmation.request_confirmation(
                         session, run, cell, row, judged.chosen.result_id, policy, settings)
+                    what = "drop suspected" if suspect_only else "regression suspected"
                     verdicts[label] = _with_reason(
-                        verdict, f"regression suspected: confirming (re-measure queued as "
+                        verdict, f"{what}: confirming (re-measure queued as "
                         f"runs {candidate.id} and {baseline.id})", first=True)
                     _remember(cell, verdicts[label], confirming={
                         "candidate_run_id": candidate.id, "baseline_run_id": baseline.id})
                     continue
-                verdict = _with_reason(verdict, f"unconfirmed: {why_not}")
+                verdict = _with_reason(
+                    verdict, f"{'not re-measured' if suspect_only else 'unconfirmed'}: "
+                    f"{why_not}")
         verdicts[label] = verdict
         _remember(cell, verdict, note=note)
         if note is not None:

@@ -42,7 +42,7 @@ from app.services.common import (
     spec_hash,
 )
 from benchmarks.result import BenchResult
-from benchmarks.spec import BenchSpec, SpecError, TimingPolicy
+from benchmarks.spec import BenchSpec, SpecError, default_timing
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +74,17 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
             "matrix.device", f"{matrix.device!r} is not one of {', '.join(settings.devices())}"
         ) from None
     spec_device = "cpu" if matrix.device == "cpu" else "cuda"
-    timing = TimingPolicy()
+    timing = default_timing(spec_device)
     if matrix.timing is not None:
         timing = replace(timing, **matrix.timing.model_dump(exclude_none=True))
     if timing.min_rounds > timing.rounds:
-        raise InvalidRequest("matrix.timing.min_rounds", "must not exceed rounds")
+        if matrix.timing is not None and matrix.timing.min_rounds is not None:
+            raise InvalidRequest("matrix.timing.min_rounds", "must not exceed rounds")
+        timing = replace(timing, min_rounds=timing.rounds)
+    if timing.max_processes and timing.max_processes < timing.processes:
+        if matrix.timing is not None and matrix.timing.max_processes is not None:
+            raise InvalidRequest("matrix.timing.max_processes", "must not be below processes")
+        timing = replace(timing, max_processes=timing.processes)
     base = BenchSpec(device=spec_device, timing=timing)
     if matrix.image_size is not None:
         base = replace(base, image_size=matrix.image_size)

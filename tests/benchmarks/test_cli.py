@@ -46,7 +46,8 @@ def test_bench_runs_the_cross_product_and_writes_json(app: typer.Typer, tmp_path
     ]
     assert all(r.status == "ok" for r in results)
     assert results[0].spec["options"] == {"threads": 1}  # JSON-typed option value
-    assert "resnet18-w8-i32/eager/constant/fp32/bs2/static/cpu/t1/nographs" in res.output  # summary table
+    # the summary table names the series
+    assert "resnet18-w8-i32/eager/constant/fp32/bs2/static/cpu/t1/nographs" in res.output
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from app.detection.verdict import (
@@ -11,13 +13,15 @@ from app.detection.verdict import (
     VerdictError,
     combine,
     judge_cell,
+    judge_intervals,
+    judge_results,
     judge_samples,
     previous_baseline,
     select_baseline,
     window_baseline,
 )
-from benchmarks.result import Accuracy, BenchResult
-from benchmarks.stats import speedup_ci
+from benchmarks.result import Accuracy, BenchResult, Speedup
+from benchmarks.stats import PROCESSES_METHOD, speedup_ci
 
 # Ten rounds of five iterations; the wiggle is +-1%, and rounds differ by up to 3% from each
 # other, out of step between the two sides, so the speedup varies from round to round.
@@ -87,17 +91,44 @@ def test_threshold_is_settable() -> None:
     assert judge_cell(after, previous(before), threshold=0.10).verdict == "pass"
 
 
-def test_a_drop_with_a_wide_interval_passes_but_is_marked_suspect() -> None:
-    """Point estimate 5% down, but rounds so noisy the CI reaches above 0.97."""
+def test_an_undecided_large_drop_is_inconclusive_and_suspect_never_a_pass() -> None:
+    """Point estimate 5% down, but rounds so noisy the CI reaches above 0.97: not decided,
+    so not a pass; suspect, so detection sends it for a re-measure."""
     eager = [[10.0] * 5 for _ in range(4)]
     noisy_cand = [[4.0] * 5, [6.5] * 5, [5.0] * 5, [5.7] * 5]  # pooled median 5.35
     reference = (10.0 / 5.35) / 0.95
     v = judge_samples(eager, noisy_cand, reference, resamples=500)
     assert v.ratio is not None and v.ratio.ratio == pytest.approx(0.95)
     assert v.ratio.ci_high > 0.97
-    assert v.verdict == "pass"
+    assert v.verdict == "inconclusive" and not v.ok
     assert v.suspect
-    assert "re-measure" in v.reasons[0]
+    assert "suspect" in v.reasons[0] and "re-measure" in v.reasons[0]
+
+
+def test_an_interval_that_straddles_the_threshold_is_inconclusive_not_suspect() -> None:
+    """A 1% drop measured too loosely to rule out 3%: the reason says to measure longer."""
+    v = judge_intervals(Speedup(1.98, 1.90, 2.06), Speedup(2.00, 1.99, 2.01))
+    assert v.verdict == "inconclusive" and not v.suspect
+    assert "uncertain: a drop beyond 3% is not ruled out" in v.reasons[0]
+
+
+def test_multi_process_results_are_judged_on_their_own_intervals() -> None:
+    """Between-process variance is in a multi-process result's interval and not in its
+    rounds: the verdict uses the intervals (log half-widths in quadrature)."""
+    new = Speedup(1.90, 1.89, 1.91, method=PROCESSES_METHOD)
+    old = Speedup(2.00, 1.99, 2.01, method=PROCESSES_METHOD)
+    v = judge_intervals(new, old)
+    assert v.verdict == "regression"
+    assert v.ratio is not None and v.ratio.ratio == pytest.approx(0.95)
+    half = math.sqrt(math.log(1.91 / 1.90) ** 2 + math.log(2.01 / 2.00) ** 2)
+    assert v.ratio.ci_high == pytest.approx(0.95 * math.exp(half), rel=1e-3)
+    # the same pair as documents goes through the interval rule, whatever their rounds say
+    doc = result(10.0, 5.0)
+    doc.speedup = new
+    base = result(10.0, 5.0)
+    base.speedup = old
+    assert judge_results(doc, base).verdict == "regression"
+    assert judge_results(doc, 2.0).verdict == "regression"
 
 
 def test_accuracy_failure_is_a_regression_even_when_speed_holds() -> None:
@@ -147,11 +178,16 @@ def test_run_verdict_regression_wins_over_error_and_reasons_name_cells() -> None
     ok = CellVerdict("pass", ("fine",))
     err = CellVerdict("error", ("cell failed: hang",))
     reg = CellVerdict("regression", ("speedup 2.00x -> 1.60x",))
-    run = combine({"a": ok, "b": err, "c": reg})
+    unsure = CellVerdict("inconclusive", ("uncertain",))
+    run = combine({"a": ok, "b": err, "c": reg, "d": unsure})
     assert run.verdict == "regression"
-    assert run.reasons == ("b: cell failed: hang", "c: speedup 2.00x -> 1.60x")
-    assert combine({"a": ok, "b": err}).verdict == "error"
+    # not-ok cells first, then the passes: no reason is left out, not even a pass's
+    assert run.reasons == ("b: cell failed: hang", "c: speedup 2.00x -> 1.60x",
+                           "d: uncertain", "a: fine")
+    assert combine({"a": ok, "b": err, "d": unsure}).verdict == "error"
+    assert combine({"a": ok, "d": unsure}).verdict == "inconclusive"
     assert combine({"a": ok}).verdict == "pass"
+    assert combine({"a": ok}).reasons == ("a: fine",)
 
 
 def test_unpaired_rounds_are_refused() -> None:

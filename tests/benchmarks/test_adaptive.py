@@ -1,0 +1,126 @@
+"""Adaptive measurement: processes are added until the comparison is decided, never past the
+process limit or the timing budget, and the result says how long deciding took.
+
+The rule itself (`stats.decide`) is tested on literal intervals; `run_adaptive` on real child
+processes of a tiny model (eager against eager, so the speedup is about 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from benchmarks.isolation import run_adaptive
+from benchmarks.result import BenchResult, Speedup
+from benchmarks.spec import BenchSpec, default_timing
+from benchmarks.stats import PROCESSES_METHOD, Reference, StatsError, decide, ratio_interval
+
+SpecFactory = Callable[..., BenchSpec]
+
+
+def test_a_ratio_interval_wholly_above_the_threshold_is_a_decided_pass() -> None:
+    d = decide(Speedup(1.99, 1.98, 2.00), Reference(0.03, 2.00, 0.005))
+    assert (d.outcome, d.decided) == ("pass", True)
+    assert d.ratio_low is not None and d.ratio_low >= 0.97
+
+
+def test_a_ratio_interval_wholly_below_the_threshold_is_a_decided_regression() -> None:
+    d = decide(Speedup(1.80, 1.79, 1.81), Reference(0.03, 2.00, 0.005))
+    assert d.outcome == "regression" and d.decided
+    assert d.ratio_high is not None and d.ratio_high < 0.97
+
+
+def test_an_interval_across_the_threshold_is_undecided() -> None:
+    d = decide(Speedup(1.96, 1.90, 2.02), Reference(0.03, 2.00, 0.0))
+    assert d.outcome == "undecided" and not d.decided
+
+
+def test_the_baselines_own_uncertainty_counts() -> None:
+    """The same new interval is decided against an exact reference and not against a
+    loose one: a baseline known to +-3% cannot rule out a 3% drop."""
+    new = Speedup(1.99, 1.985, 1.995)
+    assert decide(new, Reference(0.03, 2.0, 0.0)).decided
+    assert not decide(new, Reference(0.03, 2.0, math.log(1.03))).decided
+    ratio, low, high = ratio_interval(new, Reference(0.03, 2.0, 0.01))
+    assert low < ratio < high and ratio == pytest.approx(0.995)
+
+
+def test_without_a_baseline_it_is_decided_once_precise_enough_to_judge_the_next_run() -> None:
+    assert decide(Speedup(2.0, 1.99, 2.01), Reference(0.03)).outcome == "precise"
+    assert decide(Speedup(2.0, 1.90, 2.10), Reference(0.03)).outcome == "undecided"
+
+
+def test_a_threshold_outside_0_to_1_is_refused() -> None:
+    with pytest.raises(StatsError, match="threshold"):
+        decide(Speedup(2.0, 1.99, 2.01), Reference(1.5, 2.0))
+
+
+def test_defaults_are_adaptive_over_processes_and_graphs_on_a_gpu() -> None:
+    gpu, cpu = default_timing("cuda"), default_timing("cpu")
+    assert gpu.cuda_graphs and gpu.processes >= 3 and gpu.max_processes > gpu.processes
+    assert cpu.processes >= 3 and cpu.max_processes > cpu.processes
+    assert gpu.budget_seconds > 0 and cpu.budget_seconds > 0
+
+
+def adaptive_spec(tiny_spec: SpecFactory, processes: int, max_processes: int,
+                  budget: float = 0.0) -> BenchSpec:
+    spec = tiny_spec()
+    return replace(spec, timing=replace(spec.timing, processes=processes,
+                                        max_processes=max_processes, budget_seconds=budget))
+
+
+@pytest.mark.slow
+def test_a_decided_comparison_stops_at_the_minimum_processes(tiny_spec: SpecFactory) -> None:
+    asked: list[str] = []
+
+    def reference(first: BenchResult) -> Reference:
+        asked.append(first.series_key)
+        return Reference(0.5, 1.0, 0.0)  # A/A against 1.0 at a 50% threshold: decided
+
+    result = run_adaptive(adaptive_spec(tiny_spec, 2, 4), reference_for=reference,
+                          timeout_s=300)
+    assert result.status == "ok", (result.reason, result.stderr_tail)
+    adaptive = result.evidence["adaptive"]
+    assert (adaptive["outcome"], adaptive["stopped_by"], adaptive["processes"]) == (
+        "pass", "decided", 2)
+    assert asked == [result.series_key]  # asked once, with the first process's key
+    assert result.speedup is not None and result.speedup.method == PROCESSES_METHOD
+    assert adaptive["timing_seconds"] == pytest.approx(
+        sum(p["timing_seconds"] for p in result.evidence["processes"]))
+
+
+@pytest.mark.slow
+def test_an_undecided_comparison_adds_processes_up_to_the_limit(
+    tiny_spec: SpecFactory,
+) -> None:
+    # threshold 0 without a baseline: "precise" needs a zero-width interval, never reached
+    result = run_adaptive(adaptive_spec(tiny_spec, 2, 3), reference_for=lambda _: Reference(0.0),
+                          timeout_s=300)
+    assert result.status == "ok", result.reason
+    adaptive = result.evidence["adaptive"]
+    assert (adaptive["outcome"], adaptive["stopped_by"], adaptive["processes"]) == (
+        "undecided", "max_processes", 3)
+    assert len(result.evidence["processes"]) == 3
+
+
+@pytest.mark.slow
+def test_the_timing_budget_stops_an_undecided_comparison(tiny_spec: SpecFactory) -> None:
+    result = run_adaptive(adaptive_spec(tiny_spec, 2, 8, budget=0.001),
+                          reference_for=lambda _: Reference(0.0), timeout_s=300)
+    assert result.evidence["adaptive"]["stopped_by"] == "budget"
+    assert result.evidence["adaptive"]["processes"] == 2
+
+
+@pytest.mark.slow
+def test_no_reference_means_the_fixed_number_of_processes(tiny_spec: SpecFactory) -> None:
+    def broken(_first: BenchResult) -> Reference:
+        raise RuntimeError("store unreachable")
+
+    result = run_adaptive(adaptive_spec(tiny_spec, 2, 6), reference_for=broken, timeout_s=300)
+    assert result.status == "ok"
+    adaptive = result.evidence["adaptive"]
+    assert adaptive["processes"] == 2 and adaptive["stopped_by"] == "fixed_processes"
+    assert "store unreachable" in adaptive["reference_error"]
