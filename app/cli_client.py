@@ -1,9 +1,10 @@
 """`speedwatch submit` (the CI client) and `speedwatch demo` (the embedded default, one command).
 
 `submit` talks to a server over HTTP only, so CI needs nothing but this package and a token.
-Exit codes are the contract with CI: 0 pass, 1 regression, 2 anything else (a failed cell,
-a refused request, a server that cannot be reached, a timeout), always with a one-line
-reason on stderr, never a traceback.
+Exit codes are the contract with CI: 0 pass, 1 regression, 2 error (a failed cell, a
+refused request, a server that cannot be reached, a timeout), 3 inconclusive (a comparison
+the cells could not decide within their timing budget: re-run or measure longer), always
+with a one-line reason on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import typer
 EXIT_PASS = 0
 EXIT_REGRESSION = 1
 EXIT_ERROR = 2
+EXIT_INCONCLUSIVE = 3
 FINISHED = ("done", "failed")
 
 
@@ -165,6 +167,8 @@ def exit_code_for(run: dict[str, Any]) -> int:
         return EXIT_PASS
     if verdict == "regression":
         return EXIT_REGRESSION
+    if verdict == "inconclusive":
+        return EXIT_INCONCLUSIVE
     return EXIT_ERROR
 
 
@@ -239,7 +243,7 @@ def print_run(run: dict[str, Any], url: str | None = None) -> None:
         console = Console(width=160)  # a log file has no width; keep series keys whole
     table = Table(title=f"run {run['id']}: {run.get('project')} @ {run.get('revision')}")
     for column in ("series", "status", "speedup [95% CI]", "eager ms", "candidate ms",
-                   "accuracy"):
+                   "accuracy", "verdict", "timing"):
         table.add_column(column, justify="right" if "ms" in column or "speedup" in column
                          else "left")
     for cell in run.get("cells", []):
@@ -252,9 +256,14 @@ def print_run(run: dict[str, Any], url: str | None = None) -> None:
         status = cell["status"]
         if cell.get("error") and status != "done":
             status += f": {cell['error'][:80]}"
+        judgement = cell.get("judgement") or {}
+        cell_verdict = judgement.get("verdict") or "-"
+        if judgement.get("suspect") and cell_verdict != "regression":
+            cell_verdict += " (suspect)"
         table.add_row(
             cell["series_key"], status, speedup,
             _ms(r.get("baseline_median_ms")), _ms(r.get("candidate_median_ms")), accuracy,
+            cell_verdict, _timing_text(r),
         )
     console.print(table)
     verdict = run.get("verdict") or "none"
@@ -263,6 +272,22 @@ def print_run(run: dict[str, Any], url: str | None = None) -> None:
         console.print(f"  - {reason}")
     if url:
         console.print(f"results: {url}")
+
+
+def _timing_text(result: dict[str, Any]) -> str:
+    """'graphs, 3 proc, 6.1 s' : how the cell was timed and how long deciding took."""
+    evidence = result.get("evidence") or {}
+    timing = evidence.get("timing") or {}
+    adaptive = evidence.get("adaptive") or {}
+    parts = []
+    if timing.get("mode"):
+        parts.append(str(timing["mode"]))
+    if adaptive.get("processes"):
+        parts.append(f"{adaptive['processes']} proc")
+    seconds = adaptive.get("timing_seconds", timing.get("timing_seconds"))
+    if isinstance(seconds, (int, float)):
+        parts.append(f"{seconds:.1f} s")
+    return ", ".join(parts) or "-"
 
 
 def _ms(value: float | None) -> str:
@@ -299,17 +324,32 @@ def submit(
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
     threads: int | None = typer.Option(
         None, help="CPU threads for both sides (1 = steadier timings on a shared host)."),
-    rounds: int | None = typer.Option(None, help="Timing rounds per side."),
+    rounds: int | None = typer.Option(None, help="Timing rounds per process (at most)."),
     iters_per_round: int | None = typer.Option(None, help="Inferences per round."),
     warmup: int | None = typer.Option(None, help="Warm-up inferences."),
+    cuda_graphs: bool | None = typer.Option(
+        None, "--cuda-graphs/--no-cuda-graphs",
+        help="GPU cells: time CUDA-graph replays (server default: on; a failed capture "
+        "falls back and says so). A change of timing mode starts a new series."),
+    max_seconds: float | None = typer.Option(None, help="Timing seconds per process."),
+    processes: int | None = typer.Option(
+        None, help="Processes per cell at least (default 3): the CI covers the variance "
+        "between processes, i.e. what a second run would see."),
+    max_processes: int | None = typer.Option(
+        None, help="Adaptive: processes are added until the comparison with the baseline "
+        "is decided, up to this many."),
+    budget: float | None = typer.Option(
+        None, help="Adaptive: timing seconds per cell at most (0: no budget)."),
     idempotency_key: str | None = typer.Option(
         None, help="Same key = same run on retry (default: identical request = same run)."
     ),
-    wait: bool = typer.Option(False, "--wait", help="Wait for the verdict; exit 0/1/2."),
+    wait: bool = typer.Option(False, "--wait", help="Wait for the verdict; exit 0 pass, "
+                              "1 regression, 2 error, 3 inconclusive."),
     timeout: float = typer.Option(3600.0, help="Seconds to wait with --wait."),
     poll: float = typer.Option(2.0, help="Seconds between polls with --wait."),
 ) -> None:
-    """Trigger a benchmark run; with --wait, exit 0 on pass, 1 on regression, 2 on error."""
+    """Trigger a benchmark run; with --wait, exit 0 on pass, 1 on regression, 2 on error,
+    3 when inconclusive (not decided within the timing budget)."""
     try:
         matrix = MatrixOptions(device=device, image_size=image_size, width=width,
                                threads=threads)
@@ -320,7 +360,9 @@ def submit(
         if batch:
             matrix.batch_sizes = _ints(batch, "--batch")
         matrix.timing = {"rounds": rounds, "iters_per_round": iters_per_round,
-                         "warmup_iters": warmup}
+                         "warmup_iters": warmup, "cuda_graphs": cuda_graphs,
+                         "max_seconds": max_seconds, "processes": processes,
+                         "max_processes": max_processes, "budget_seconds": budget}
         if rounds is not None:
             matrix.timing["min_rounds"] = min(rounds, 5)
         body = run_request(project=project, revision=revision, branch=branch,
@@ -363,26 +405,41 @@ def demo(
     host: str = typer.Option("127.0.0.1", help="Address to serve on."),
     port: int = typer.Option(8000, help="Port to serve on."),
     model: str = typer.Option("resnet50", help="Model to benchmark."),
-    backend: list[str] | None = typer.Option(None, help="Backends (default onnxruntime)."),
+    device: str = typer.Option("cpu", help="cpu, or cuda on a GPU host (then the default "
+                               "backend is inductor at fp16, timed with CUDA graphs)."),
+    backend: list[str] | None = typer.Option(
+        None, help="Backends (default onnxruntime on cpu, inductor on cuda)."),
     weights: str = typer.Option("constant,tensor", help="Weight representations."),
+    precision: str | None = typer.Option(None, help="fp32, fp16, bf16 (default fp32 on cpu, "
+                                         "fp16 on cuda)."),
     batch: str = typer.Option("1", help="Batch sizes, e.g. 1,8."),
     image_size: int | None = typer.Option(None, help="Input size (default 224)."),
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
     threads: int = typer.Option(
         1, help="CPU threads for both sides; 1 keeps the two sides from fighting over cores."),
-    rounds: int = typer.Option(10, help="Timing rounds per side (more = tighter CI)."),
-    iters_per_round: int = typer.Option(5, help="Inferences per round."),
-    warmup: int = typer.Option(5, help="Warm-up inferences."),
+    rounds: int | None = typer.Option(None, help="Timing rounds per process (at most)."),
+    iters_per_round: int | None = typer.Option(None, help="Inferences per round."),
+    warmup: int | None = typer.Option(None, help="Warm-up inferences."),
+    cuda_graphs: bool | None = typer.Option(
+        None, "--cuda-graphs/--no-cuda-graphs", help="GPU: time CUDA-graph replays "
+        "(default on)."),
+    max_seconds: float | None = typer.Option(None, help="Timing seconds per process."),
+    processes: int | None = typer.Option(None, help="Processes per cell at least (default 3)."),
+    max_processes: int | None = typer.Option(None, help="Adaptive: processes at most."),
+    budget: float | None = typer.Option(None, help="Adaptive: timing seconds per cell at most."),
     exit_when_done: bool = typer.Option(
         False, "--exit-when-done", help="Stop serving once the run finished (scripts, tests)."
     ),
     timeout: float = typer.Option(1800.0, help="Seconds to wait for the run."),
 ) -> None:
-    """Benchmark ResNet50 on this CPU with the embedded default and serve the results.
+    """Benchmark ResNet50 here with the embedded default and serve the results.
 
-    Eager vs ONNX Runtime with constant and tensor weights; SQLite file, in-process
-    executor, no services needed.
+    Eager vs ONNX Runtime (CPU) or torch.compile (--device cuda) with constant and tensor
+    weights, measured adaptively over processes; SQLite file, in-process executor, no
+    services needed. Exit code as for `submit --wait`.
     """
+    if device not in ("cpu", "cuda"):
+        raise _fail(f"--device: {device!r} is not cpu or cuda")
     if not _port_free(host, port):
         raise _fail(f"port {port} on {host} is in use; pass --port")
     data_dir = data_dir.resolve()
@@ -406,12 +463,19 @@ def demo(
     with session_scope() as session:
         _, token = create_token(session, "ci", name="speedwatch-demo")
 
+    on_gpu = device == "cuda"
     matrix = MatrixOptions(
-        models=[model], backends=_split(backend) or ["onnxruntime"], weights=_split([weights]),
-        batch_sizes=[int(b) for b in _split([batch])], device="cpu", image_size=image_size,
-        width=width, threads=threads,
+        models=[model],
+        backends=_split(backend) or (["inductor"] if on_gpu else ["onnxruntime"]),
+        weights=_split([weights]),
+        precisions=_split([precision]) if precision else (["fp16"] if on_gpu else ["fp32"]),
+        batch_sizes=[int(b) for b in _split([batch])], device=device, image_size=image_size,
+        width=width, threads=None if on_gpu else threads,
         timing={"rounds": rounds, "iters_per_round": iters_per_round, "warmup_iters": warmup,
-                "min_rounds": min(rounds, 5)},
+                "min_rounds": min(rounds, 5) if rounds is not None else None,
+                "cuda_graphs": cuda_graphs, "max_seconds": max_seconds,
+                "processes": processes, "max_processes": max_processes,
+                "budget_seconds": budget},
     )
     body = run_request(project="demo", revision=f"demo-{time.strftime('%Y%m%d-%H%M%S')}",
                        branch=None, pins=[], interpreter=None, matrix=matrix, trigger="demo")

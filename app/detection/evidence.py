@@ -29,7 +29,9 @@ _EVIDENCE_NAMES = {
 # Evidence that restates another entry (totals and breakdowns of the same graph): telling it
 # twice costs the reader's five seconds and says nothing new.
 _REDUNDANT = {"onnx_nodes_total", "onnx_node_domains", "onnx_exported_nodes_total",
-              "onnx_graph_inputs"}
+              "onnx_graph_inputs",
+              # how it was measured, told by _condition_changes or not news at all
+              "cuda_graphs_fallback", "adaptive", "processes", "ci_method", "cudnn_benchmark"}
 # Fingerprint entries worth naming when they differ (packages are handled on their own).
 _ENVIRONMENT_KEYS = ("python", "cuda", "cudnn", "driver", "gpu", "device_class")
 # Compile time is noisy; only a change this large (and at least half a second) is news.
@@ -146,6 +148,77 @@ def _environment_changes(before: Mapping[str, Any], after: Mapping[str, Any]) ->
     return out
 
 
+# An SM clock that moved by more than this between two results is news (boost vs base).
+_CLOCK_RELATIVE = 0.05
+
+
+def _timing_mode(evidence: Mapping[str, Any]) -> str | None:
+    timing = evidence.get("timing")
+    if not isinstance(timing, Mapping):
+        return None
+    mode = timing.get("mode")
+    if mode in ("graphs", "nographs"):
+        return str(mode)
+    graphs = timing.get("cuda_graphs")
+    if isinstance(graphs, Mapping) and graphs:
+        return "graphs" if all(v is True for v in graphs.values()) else "nographs"
+    return None
+
+
+def _threads(doc: Document) -> Any:
+    spec = _get(doc, "spec") or {}
+    options = spec.get("options") if isinstance(spec, Mapping) else None
+    return options.get("threads") if isinstance(options, Mapping) else None
+
+
+def _sm_clock(fingerprint: Mapping[str, Any]) -> float | None:
+    """The lower of the SM clocks read before and after timing (a drop shows either way)."""
+    values = []
+    for key in ("nvml_start", "nvml_end"):
+        reading = fingerprint.get(key)
+        if isinstance(reading, Mapping) and isinstance(reading.get("sm_clock_mhz"), (int, float)):
+            values.append(float(reading["sm_clock_mhz"]))
+    return min(values) if values else None
+
+
+def _throttle(fingerprint: Mapping[str, Any]) -> str | None:
+    if "throttled" not in fingerprint:
+        return None
+    if not fingerprint.get("throttled"):
+        return "no"
+    reasons: list[str] = []
+    for key in ("nvml_start", "nvml_end"):
+        reading = fingerprint.get(key)
+        if isinstance(reading, Mapping):
+            reasons += [str(r) for r in reading.get("throttle_reasons") or [] if r not in reasons]
+    return f"yes ({', '.join(reasons)})" if reasons else "yes"
+
+
+def _condition_changes(before: Document, after: Document) -> list[EvidenceChange]:
+    """The conditions of the measurement: timing mode and its fallback, CPU threads, GPU
+    clocks and throttling. Within one series the mode and threads cannot differ (they are
+    axes of its key), but a comparison of two runs, or of a re-measure, may cross them."""
+    out: list[EvidenceChange] = []
+    eb, ea = _get(before, "evidence") or {}, _get(after, "evidence") or {}
+    mb, ma = _timing_mode(eb), _timing_mode(ea)
+    if mb != ma and (mb or ma):
+        fallback = ea.get("cuda_graphs_fallback") if isinstance(ea, Mapping) else None
+        out.append(EvidenceChange("timing mode", _fmt(mb), _fmt(ma),
+                                  f"fallback: {fallback}" if fallback else ""))
+    tb, ta = _threads(before), _threads(after)
+    if tb != ta:
+        out.append(EvidenceChange("cpu threads", "library default" if tb is None else str(tb),
+                                  "library default" if ta is None else str(ta)))
+    fb, fa = _get(before, "fingerprint") or {}, _get(after, "fingerprint") or {}
+    cb, ca = _sm_clock(fb), _sm_clock(fa)
+    if cb and ca and abs(ca - cb) > _CLOCK_RELATIVE * cb:
+        out.append(EvidenceChange("gpu sm clock", f"{cb:.0f} MHz", f"{ca:.0f} MHz"))
+    thb, tha = _throttle(fb), _throttle(fa)
+    if thb != tha and (thb is not None or tha is not None):
+        out.append(EvidenceChange("throttled", _fmt(thb), _fmt(tha)))
+    return out
+
+
 def evidence_changes(before: Document, after: Document) -> list[EvidenceChange]:
     """Every difference worth telling between two results of one series, in reading order."""
     out = _evidence_changes(_get(before, "evidence") or {}, _get(after, "evidence") or {})
@@ -156,6 +229,7 @@ def evidence_changes(before: Document, after: Document) -> list[EvidenceChange]:
         if change:
             out.append(change)
     out += _environment_changes(_get(before, "fingerprint") or {}, _get(after, "fingerprint") or {})
+    out += _condition_changes(before, after)
     return out
 
 
@@ -163,5 +237,6 @@ def evidence_sentence(before: Document, after: Document) -> str:
     """'kernels per inference 58 -> 161; torch-tensorrt 2.6.0 -> 2.7.0', or a plain 'no ...'."""
     changes = evidence_changes(before, after)
     if not changes:
-        return "no change in fusion evidence, compile time, accuracy or environment versions"
+        return ("no change in fusion evidence, compile time, accuracy, environment versions "
+                "or measurement conditions (timing mode, threads, GPU, clocks, throttling)")
     return "; ".join(str(c) for c in changes)

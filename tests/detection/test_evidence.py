@@ -84,3 +84,41 @@ def test_onnx_evidence_is_told_once_not_as_totals_and_breakdowns_of_the_same_gra
 
     assert sentence == ("onnx nodes 25 -> 71 (+26 Relu); onnx initializers 42 -> 0; "
                         "onnx weight inputs 0 -> 102")
+
+
+def measured(*, mode: str, threads: int | None, sm_clock: int, throttled: bool,
+             fallback: str | None = None, gpu: str = "NVIDIA H100") -> BenchResult:
+    evidence: dict[str, Any] = {"kernels_per_inference": 105,
+                                "timing": {"mode": mode, "rounds": 30, "timing_seconds": 2.0}}
+    if fallback:
+        evidence["cuda_graphs_fallback"] = fallback
+    reading = {"sm_clock_mhz": sm_clock, "throttled": throttled,
+               "throttle_reasons": ["hw_thermal_slowdown"] if throttled else []}
+    return BenchResult(
+        series_key="k", spec={"options": {} if threads is None else {"threads": threads}},
+        status="ok", speedup=Speedup(2.0, 1.99, 2.01), evidence=evidence,
+        fingerprint={"gpu": gpu, "nvml_start": reading, "nvml_end": reading,
+                     "throttled": throttled, "packages": {"torch": "2.11.0"}})
+
+
+def test_every_changed_measurement_condition_is_named() -> None:
+    """Timing mode (with the fallback's reason), threads, GPU model, clocks and throttling
+    are conditions of the measurement: a drop they explain must say so."""
+    before = measured(mode="graphs", threads=None, sm_clock=1980, throttled=False)
+    after = measured(mode="nographs", threads=1, sm_clock=1500, throttled=True,
+                     fallback="capture failed: RuntimeError: sync in capture",
+                     gpu="NVIDIA H200")
+    sentence = evidence_sentence(before, after)
+    assert "gpu NVIDIA H100 -> NVIDIA H200" in sentence
+    assert ("timing mode graphs -> nographs (fallback: capture failed: RuntimeError: sync in "
+            "capture)") in sentence
+    assert "cpu threads library default -> 1" in sentence
+    assert "gpu sm clock 1980 MHz -> 1500 MHz" in sentence
+    assert "throttled no -> yes (hw_thermal_slowdown)" in sentence
+
+
+def test_unchanged_conditions_say_so_and_small_clock_moves_are_not_news() -> None:
+    before = measured(mode="graphs", threads=None, sm_clock=1980, throttled=False)
+    after = measured(mode="graphs", threads=None, sm_clock=1965, throttled=False)
+    assert evidence_sentence(before, after).startswith("no change in fusion evidence")
+    assert "measurement conditions" in evidence_sentence(before, after)
