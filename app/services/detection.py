@@ -78,7 +78,8 @@ class DetectionPolicy(BaseModel):
     # speed regression is re-measured, candidate and baseline environments alternating in
     # `confirm_processes` child processes each, before its alert opens.
     confirm: bool = True
-    confirm_processes: int = Field(default=2, ge=2, le=16)
+    # 3: a multi-process interval uses the t quantile (12.7 for 2 processes, 4.3 for 3).
+    confirm_processes: int = Field(default=3, ge=2, le=16)
 
 
 def project_policy(project: Project) -> DetectionPolicy:
@@ -359,10 +360,9 @@ def judge_run(
                 outcome = confirmation.confirmation_outcome(
                     session, cell, policy.threshold_for(cell.series_key))
                 if outcome.verdict in ("pass", "improvement"):
-                    verdict = _with_reason(verdict, f"not confirmed: re-measure shows "
+                    what = "suspected drop" if suspect_only else "regression"
+                    verdict = _with_reason(verdict, f"{what} not confirmed: re-measure shows "
                                            f"{outcome.sentence}", first=True, kind="pass")
-                    note = f"{label}: {'suspected drop' if suspect_only else 'regression'} " \
-                           f"not confirmed: re-measure shows {outcome.sentence}"
                 elif outcome.verdict == "regression":
                     verdict = _with_reason(verdict, f"confirmed by re-measure: "
                                            f"{outcome.sentence}", kind="regression")

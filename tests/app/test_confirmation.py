@@ -116,7 +116,7 @@ def test_a_candidate_regression_queues_a_re_measure_and_opens_no_alert_yet(
     assert baseline.environment.pins == ["onnxruntime==1.22.0"] and baseline.revision == "v1"
     assert {r.kind for r in pair.values()} == {"confirm"}
     spec = BenchSpec.from_dict(candidate.cells[0].spec)
-    assert spec.timing.processes == 2
+    assert spec.timing.processes == 3  # the policy's confirm_processes, 3 by default
     assert spec.series_key("cpu") == run.cells[0].series_key
     # only the candidate cell is sent (its task measures the pair), after the commit
     assert sent == [(candidate.cells[0].id, candidate.cells[0].queue)]
@@ -153,7 +153,6 @@ def test_a_drop_the_re_measure_does_not_show_passes_without_an_alert(
     remeasure(session, local, run, {"candidate": 1.96, "baseline": 2.0})
 
     assert (run.status, run.verdict) == ("done", "pass")
-    assert len(run.reasons) == 1
     assert run.reasons[0].startswith(
         f"{run.cells[0].series_key}: regression not confirmed: re-measure shows speedup "
         "2.00x -> 1.96x")

@@ -41,7 +41,7 @@ def test_a_project_without_a_policy_reads_as_the_defaults(
         "project": "vision", "stored": False,
         "policy": {"baseline": "previous", "threshold": 0.03, "window": 10,
                    "pinned_run_id": None, "series_thresholds": {}, "confirm": True,
-                   "confirm_processes": 2},
+                   "confirm_processes": 3},
     }
 
 
@@ -55,12 +55,12 @@ def test_an_admin_replaces_the_policy_and_reads_it_back(
     assert response.status_code == 200, response.text
     read = client.get(URL, headers=bearer(read_token)).json()
     assert read["stored"] is True
-    assert read["policy"] == {**policy, "window": 10, "confirm": True, "confirm_processes": 2}
+    assert read["policy"] == {**policy, "window": 10, "confirm": True, "confirm_processes": 3}
     # PUT replaces the whole policy: what is left out goes back to its default
     assert put(client, admin_token, {"window": 5}).status_code == 200
     assert client.get(URL, headers=bearer(read_token)).json()["policy"] == {
         "baseline": "previous", "threshold": 0.03, "window": 5, "pinned_run_id": None,
-        "series_thresholds": {}, "confirm": True, "confirm_processes": 2}
+        "series_thresholds": {}, "confirm": True, "confirm_processes": 3}
 
 
 def test_a_policy_can_be_set_before_the_projects_first_run(

@@ -213,8 +213,10 @@ def test_progress_and_verdict_follow_the_cells(
     session.commit()
     polled = client.get(f"/api/v1/runs/{run['id']}", headers=bearer(read_token)).json()
     assert polled["status"] == "failed" and polled["verdict"] == "error"
-    assert len(polled["reasons"]) == 1
+    # the failed cell first; the other cell's "no baseline yet" is told too, never hidden
+    assert len(polled["reasons"]) == 2
     assert "child killed by signal 9" in polled["reasons"][0]
+    assert "no baseline yet" in polled["reasons"][1]
     assert polled["finished_at"] is not None
 
 

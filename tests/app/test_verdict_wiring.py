@@ -53,7 +53,11 @@ def test_a_clear_twenty_percent_drop_is_a_regression_with_readable_reasons(
 def test_the_same_speedup_again_passes(client: TestClient, ci_token: str) -> None:
     post(client, ci_token, body(measured(2.0), "v1"))
     run = run_of(client, ci_token, post(client, ci_token, body(measured(2.0), "v2")))
-    assert run["verdict"] == "pass" and run["reasons"] == []
+    assert run["verdict"] == "pass"
+    # a pass says what it rests on: the comparison, with its interval and its baseline
+    [reason] = run["reasons"]
+    assert "speedup 2.00x -> 2.00x" in reason and "against the previous run on the branch (v1)" \
+        in reason and reason.endswith("no change beyond 3%")
 
 
 def test_a_failed_cell_is_an_error(client: TestClient, ci_token: str) -> None:
@@ -126,7 +130,10 @@ def test_an_ingest_run_judges_each_cell_once_as_it_grows(
     # the run verdict still combines the remembered judgement of the first v2 cell (pass)
     # with the new one (regression)
     assert run["verdict"] == "regression"
-    assert all("bs2" in reason for reason in run["reasons"])
+    # the regressed cell's reasons come first; the remembered pass is still told after it
+    assert "/bs2/" in run["reasons"][0] and "slower by more than 3%" in run["reasons"][0]
+    assert any("/bs1/" in reason and "no change beyond 3%" in reason
+               for reason in run["reasons"][1:])
 
 
 def test_results_posted_together_are_judged_shortly_after_their_responses(

@@ -34,7 +34,7 @@ def test_set_changes_only_the_options_given_and_show_reads_it_back(
                         "--project", "team/cli"))
     assert shown["policy"] == {"baseline": "previous", "threshold": 0.05, "window": 5,
                                "pinned_run_id": None, "series_thresholds": {"a/b": 0.1},
-                               "confirm": True, "confirm_processes": 2}
+                               "confirm": True, "confirm_processes": 3}
 
 
 def test_a_refused_policy_or_a_weak_token_is_exit_2_with_one_line(
