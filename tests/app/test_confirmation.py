@@ -242,3 +242,93 @@ def test_an_ingested_regression_opens_at_once_marked_unconfirmed(
     [regression] = regressions(session)
     assert "unconfirmed: measured elsewhere (an ingested result), so it cannot be " \
         "re-measured here" in regression.reasons
+
+
+# ---- undecided drops: re-measured, never a plain pass ---------------------------------------
+
+def loose(spec: BenchSpec, speedup: float, half: float) -> Any:
+    """A multi-process result whose interval is +-half (relative): judged on its interval."""
+    from benchmarks.stats import PROCESSES_METHOD
+
+    result = bench_result(spec, speedup=speedup)
+    result.speedup = type(result.speedup)(speedup, speedup * (1 - half), speedup * (1 + half),
+                                          method=PROCESSES_METHOD)
+    return result
+
+
+def loose_run(session: Session, settings: Settings, revision: str, speedup: float,
+              half: float, environment: dict[str, Any]) -> Run:
+    run, _ = run_service.create_run(session, RunCreate.model_validate(run_request(
+        revision=revision, environment=environment, matrix=ONE_CELL)), settings=settings)
+    session.commit()
+    cell = run.cells[0]
+    spec = run_service.claim_cell(session, cell.id, settings=settings)
+    assert spec is not None
+    run_service.record_result(session, cell.id, loose(spec, speedup, half))
+    run_service.finish_run_if_complete(session, run.id, settings=settings)
+    session.commit()
+    session.refresh(run)
+    return run
+
+
+def test_an_undecided_large_drop_is_re_measured_and_never_a_plain_pass(
+    session: Session, local: Settings, sent: list[tuple[int, str]]
+) -> None:
+    loose_run(session, local, "v1", 2.0, 0.005, OLD_ENV)
+    # 5% down, but measured to +-8%: not decided, and past the threshold: suspect
+    run = loose_run(session, local, "v2", 1.9, 0.08, NEW_ENV)
+    assert (run.status, run.verdict) == ("running", None)
+    assert run.reasons[0].startswith(
+        f"{run.cells[0].series_key}: drop suspected: confirming (re-measure queued")
+    assert "suspect: the drop is not certain beyond 3%" in " ".join(run.reasons)
+    assert len(sent) == 1 and regressions(session) == []
+
+    # side by side, the re-measure shows the drop clearly: a regression, alert opened
+    remeasure(session, local, run, {"candidate": 1.9, "baseline": 2.0})
+    assert (run.status, run.verdict) == ("done", "regression")
+    assert any("confirmed by re-measure" in r for r in run.reasons)
+    assert [r.status for r in regressions(session)] == ["open"]
+
+
+def test_an_undecided_drop_whose_re_measure_is_undecided_too_is_inconclusive(
+    session: Session, local: Settings, sent: list[tuple[int, str]]
+) -> None:
+    loose_run(session, local, "v1", 2.0, 0.005, OLD_ENV)
+    run = loose_run(session, local, "v2", 1.9, 0.08, NEW_ENV)
+    for side, confirm in confirm_runs(session, run).items():
+        cell = confirm.cells[0]
+        spec = run_service.claim_cell(session, cell.id, settings=local)
+        assert spec is not None
+        value = 1.92 if side == "candidate" else 2.0
+        run_service.record_result(session, cell.id, loose(spec, value, 0.06))
+        session.commit()
+    for confirm in confirm_runs(session, run).values():
+        run_service.finish_run_if_complete(session, confirm.id, settings=local)
+        session.commit()
+    session.refresh(run)
+    assert (run.status, run.verdict) == ("done", "inconclusive")
+    assert run.reasons[0].startswith(
+        f"{run.cells[0].series_key}: re-measure inconclusive: ")
+    assert regressions(session) == []
+
+
+def test_an_undecided_drop_that_cannot_be_re_measured_is_inconclusive_with_the_reason(
+    session: Session, settings: Settings
+) -> None:
+    none = settings.model_copy(update={"executor": "none"})
+    loose_run(session, none, "v1", 2.0, 0.005, OLD_ENV)
+    run = loose_run(session, none, "v2", 1.9, 0.08, NEW_ENV)
+    assert (run.status, run.verdict) == ("done", "inconclusive")
+    assert any("not re-measured: this server runs no cells" in r for r in run.reasons)
+    assert regressions(session) == []
+
+
+def test_a_small_drop_measured_too_loosely_is_inconclusive_not_a_pass(
+    session: Session, settings: Settings
+) -> None:
+    """1% down, +-6%: a 3% drop is not ruled out, and not suspected either."""
+    none = settings.model_copy(update={"executor": "none"})
+    loose_run(session, none, "v1", 2.0, 0.005, OLD_ENV)
+    run = loose_run(session, none, "v2", 1.98, 0.06, NEW_ENV)
+    assert run.verdict == "inconclusive"
+    assert "uncertain: a drop beyond 3% is not ruled out" in run.reasons[0]
