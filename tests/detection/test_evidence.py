@@ -122,3 +122,15 @@ def test_unchanged_conditions_say_so_and_small_clock_moves_are_not_news() -> Non
     after = measured(mode="graphs", threads=None, sm_clock=1965, throttled=False)
     assert evidence_sentence(before, after).startswith("no change in fusion evidence")
     assert "measurement conditions" in evidence_sentence(before, after)
+
+
+def test_kernels_per_inference_of_each_side_are_told_candidate_first() -> None:
+    """The profiler counts kernels per inference as averages (floats) for both sides; a
+    fusion break adds a kernel to the candidate, and the sentence says so."""
+    before = measured(mode="graphs", threads=None, sm_clock=1980, throttled=False)
+    after = measured(mode="graphs", threads=None, sm_clock=1980, throttled=False)
+    before.evidence["kernels_per_inference"] = {"baseline": 342.0, "candidate": 105.0}
+    after.evidence["kernels_per_inference"] = {"baseline": 343.0, "candidate": 106.0}
+    assert evidence_sentence(before, after) == (
+        "candidate kernels per inference 105 -> 106 (+1); "
+        "eager kernels per inference 342 -> 343 (+1)")
