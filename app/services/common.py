@@ -107,7 +107,9 @@ def check_result_document(result: BenchResult, field: str = "result") -> tuple[B
     try:
         parse_series_key(result.series_key)
     except SpecError as exc:
-        raise InvalidRequest(f"{field}.series_key", str(exc)) from None
+        # the message names the field already ("series_key: ..."); say it once
+        raise InvalidRequest(f"{field}.series_key",
+                             str(exc).removeprefix("series_key: ")) from None
     device_class = result.fingerprint.get("device_class")
     if device_class is None:
         if result.status == "ok":

@@ -15,7 +15,7 @@ from tests.app._asserts import assert_needs_token, assert_unknown_id
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer, tiny_spec
 
-KEY = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu"
+KEY = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu/tauto/nographs"
 
 
 def post(client: TestClient, token: str, document: dict[str, Any]) -> dict[str, Any]:

@@ -46,8 +46,11 @@ def test_every_page_on_an_empty_store_explains_why_it_is_empty(
 
 
 @pytest.mark.parametrize(("path", "status", "says"), [
-    ("/series/resnet50/eager/constant/fp32/bs1/static/cpu", 404,
-     "series 'resnet50/eager/constant/fp32/bs1/static/cpu' not found"),
+    ("/series/resnet50/eager/constant/fp32/bs1/static/cpu/t1/nographs", 404,
+     "series 'resnet50/eager/constant/fp32/bs1/static/cpu/t1/nographs' not found"),
+    ("/series/resnet50/eager/constant/fp32/bs1/static/cpu/t1/nographs?project=vision", 404,
+     "series 'resnet50/eager/constant/fp32/bs1/static/cpu/t1/nographs' not found in project "
+     "'vision'"),
     ("/runs/999", 404, "run 999 not found"),
     ("/runs/abc", 422, "run_id"),
     ("/compare?base=1&head=2", 404, "base run 1 not found"),
