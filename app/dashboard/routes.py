@@ -266,11 +266,11 @@ def overview(
         spark = figures.sparkline_svg(sparks.get(series.id, []), colour=colour)
         rows.append(OverviewRow(series, latest, status, regression, Markup(spark)))
     rows.sort(key=lambda r: (STATUS_ORDER[r.status], r.series.key, r.series.project.name))
-    measured = [r for r in rows if r.latest is not None]
+    measured = [(r, r.latest) for r in rows if r.latest is not None]
+    labels = _estimate_labels([r.series for r, _ in measured])
     chart = figures.estimates_figure(
-        [figures.Estimate(label, r.latest.speedup, r.latest.ci_low, r.latest.ci_high, r.status)
-         for label, r in zip(_estimate_labels([r.series for r in measured]), measured,
-                             strict=True) if r.latest is not None],
+        [figures.Estimate(label, p.speedup, p.ci_low, p.ci_high, r.status)
+         for label, (r, p) in zip(labels, measured, strict=True)],
         empty_reason="no series has a measured point yet",
     )
     any_series = bool(rows) or any(v for v in selected.values())
@@ -289,8 +289,8 @@ def _siblings(session: SessionDep, series: Series) -> list[Series]:
                         backend=series.backend, precision=series.precision,
                         batch_size=series.batch_size, shape_mode=series.shape_mode,
                         device_class=series.device_class,
-                        threads=_threads(series.threads) if series.threads is None
-                        else series.threads,  # "auto" matches NULL: see SeriesFilter
+                        threads=series_service.THREADS_AUTO if series.threads is None
+                        else series.threads,
                         timing_mode=series.timing_mode, options=series.options)
     return [s for s, _ in series_service.list_series(session, same, limit=10)
             if s.id != series.id]

@@ -162,12 +162,13 @@ def upgrade() -> None:
     rekeyed = _Rekeyed(bind)
     _rekey_results(bind, rekeyed)
     _rekey_cells_without_result(bind, rekeyed)
-    rows = bind.execute(
+    opened_in = (  # each regression -> the (new) series of the result that opened it
         sa.select(regressions.c.id, regressions.c.project_id, regressions.c.status,
                   results.c.series_id)
-        .join(results, results.c.id == regressions.c.opened_by_result_id)
-    ).all()
-    _repoint_regressions(bind, [(r.id, r.project_id, r.status, r.series_id) for r in rows])
+        .select_from(regressions.join(
+            results, results.c.id == regressions.c.opened_by_result_id)))
+    _repoint_regressions(bind, [(r.id, r.project_id, r.status, r.series_id)
+                                for r in bind.execute(opened_in).all()])
     _rewrite_thresholds(bind, lambda project_id, key: sorted(
         rekeyed.derived.get((project_id, key), ())))
     bind.execute(series.delete().where(series.c.project_id.is_(None)))
