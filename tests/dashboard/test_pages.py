@@ -212,3 +212,12 @@ def test_a_key_two_projects_measure_has_one_page_per_project_overlaying_only_its
     assert f"{key} (audio)" in figure(overview, "overview-chart")["data"][0]["y"]
     only_audio = pages.get("/", params={"project": "audio"}).text
     assert re.findall(r'data-project="([^"]+)"', only_audio) == ["audio"]
+
+
+def test_every_link_to_a_series_page_names_its_project(
+        pages: TestClient, seeded: Seeded) -> None:
+    for path in ("/", "/regressions", f"/runs/{seeded.run_ids[-1]}", "/compare",
+                 f"/series/{seeded.regressed_key}?project=vision"):
+        links = re.findall(r'href="(/(?:api/v1/)?series/[^"]*)"', pages.get(path).text)
+        assert links, path
+        assert all("?project=vision" in link for link in links), (path, links)
