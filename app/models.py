@@ -5,7 +5,7 @@ Statuses are short strings with CHECK constraints (not native enums) so that SQL
 PostgreSQL run the same migrations and adding a status is a one-line migration.
 
 Shape of the data:
-  project 1-n run n-1 environment;  run 1-n cell 1-1 result n-1 series
+  project 1-n run n-1 environment;  run 1-n cell 1-1 result n-1 series n-1 project
 A result always belongs to a cell. Results measured elsewhere (POST /api/v1/results) get an
 "ingest" run per project + revision + environment, and one cell per spec in it.
 """
@@ -46,6 +46,7 @@ REGRESSION_STATUSES = ("open", "acknowledged", "resolved")
 REGRESSION_ACTIVE = ("open", "acknowledged")
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
 WEBHOOK_KINDS = ("json", "slack")
+TIMING_MODES = ("graphs", "nographs")  # benchmarks.spec.TIMING_MODES
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -204,16 +205,28 @@ class Cell(Base):
 
 
 class Series(Base):
-    """Everything that must stay equal for two results to compare; axes parsed for filters."""
+    """Everything that must stay equal for two results to compare, within one project.
+
+    A series belongs to a project: two projects measuring the same matrix point keep two
+    histories (one project's run is never another's baseline, nor its `latest`). The key
+    (benchmarks.spec.series_key) holds every axis that changes what is measured; the axes
+    are also parsed into columns for filters. The same key may exist in several projects.
+    """
 
     __tablename__ = "series"
     __table_args__ = (
+        UniqueConstraint("project_id", "key"),
+        # lookups by key alone (a URL without ?project=, regressions ?series=) and the
+        # keyset order of the series list (key, id)
+        Index("ix_series_key_id", "key", "id"),
         Index("ix_series_model_backend", "model", "backend"),
         Index("ix_series_device_class", "device_class"),
+        CheckConstraint(_in("timing_mode", TIMING_MODES), name="timing_mode"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(300), unique=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(300))
     model: Mapped[str] = mapped_column(String(100))
     backend: Mapped[str] = mapped_column(String(50))
     weights: Mapped[str] = mapped_column(String(20))
@@ -221,7 +234,13 @@ class Series(Base):
     batch_size: Mapped[int] = mapped_column(Integer)
     shape_mode: Mapped[str] = mapped_column(String(20))
     device_class: Mapped[str] = mapped_column(String(100))
+    threads: Mapped[int | None] = mapped_column(Integer)  # NULL: the library's default
+    timing_mode: Mapped[str] = mapped_column(String(16))  # "graphs" | "nographs"
+    # benchmarks.spec.measurement_options: "" when the spec has none
+    options: Mapped[str] = mapped_column(String(300), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    project: Mapped[Project] = relationship(lazy="joined", innerjoin=True)
 
 
 class Result(Base):

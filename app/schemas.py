@@ -292,7 +292,10 @@ class PointPublic(BaseModel):
 
 
 class SeriesPublic(BaseModel):
+    """One project's history of one key: the key may exist in other projects too."""
+
     key: str
+    project: str
     model: str
     backend: str
     weights: str
@@ -300,6 +303,11 @@ class SeriesPublic(BaseModel):
     batch_size: int
     shape_mode: str
     device_class: str
+    threads: int | None = Field(description="CPU threads; null: the library's default")
+    timing_mode: Literal["graphs", "nographs"] = Field(
+        description="graphs: both sides timed as CUDA-graph replays")
+    options: str = Field(description="backend options that change what is measured "
+                                     "(the key's last segment); empty: none")
     latest: PointPublic | None
 
 
@@ -443,6 +451,7 @@ class ChangePublic(BaseModel):
 
 class SeriesChangesPublic(BaseModel):
     series_key: str
+    project: str
     searched_points: int = Field(description="the newest ok points searched (at most limit)")
     searched_from: datetime | None = Field(description="the oldest searched point's date")
     changes: list[ChangePublic] = Field(description="oldest first")

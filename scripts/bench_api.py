@@ -46,11 +46,12 @@ from app.config import Settings  # noqa: E402
 from app.db import session_scope, upgrade  # noqa: E402
 from app.services.tokens import create_token  # noqa: E402
 from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup  # noqa: E402
-from benchmarks.spec import BenchSpec  # noqa: E402
+from benchmarks.spec import SERIES_KEY_FIELDS, BenchSpec, parse_series_key  # noqa: E402
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet50-customop")
 BACKENDS = ("eager", "inductor", "onnxruntime", "tensorrt", "torch_tensorrt")
 DEVICE_CLASS = "nvidia-h100"
+FILL_PROJECT = "bench"  # the project of the bulk-filled history (its series' project)
 
 
 def series_specs(count: int) -> list[BenchSpec]:
@@ -103,13 +104,14 @@ def fill(dsn: str, specs: list[BenchSpec], total: int) -> float:
     spec_hash = [hashlib.sha256(j.encode()).hexdigest() for j in spec_json]
     keys = [s.series_key(DEVICE_CLASS) for s in specs]
     with psycopg.connect(dsn) as conn, conn.cursor() as cur:
-        cur.execute("INSERT INTO projects (id, name, created_at) VALUES (1, 'bench', now())")
+        cur.execute("INSERT INTO projects (id, name, created_at) VALUES (1, %s, now())",
+                    (FILL_PROJECT,))
         cur.execute("INSERT INTO environments (id, content_hash, pins, interpreter, installed, "
                     "created_at) VALUES (1, 'bench', '[]', 'bench', '{}', now())")
-        _copy(cur, "series", ["id", "key", "model", "backend", "weights", "precision",
-                              "batch_size", "shape_mode", "device_class", "created_at"],
-              ((i + 1, keys[i], s.model_label, s.backend, s.weights, s.precision,
-                s.batch_size, s.shape_mode, DEVICE_CLASS, now) for i, s in enumerate(specs)))
+        axes = [parse_series_key(key) for key in keys]
+        _copy(cur, "series", ["id", "project_id", "key", *SERIES_KEY_FIELDS, "created_at"],
+              ((i + 1, 1, keys[i], *(axes[i][f] for f in SERIES_KEY_FIELDS), now)
+               for i in range(len(specs))))
         run_time = [now - timedelta(hours=runs - r) for r in range(runs)]
         _copy(cur, "runs", ["id", "project_id", "environment_id", "kind", "revision", "branch",
                             "trigger", "status", "verdict", "reasons", "idempotency_key",

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_api import (  # noqa: E402
     DEVICE_CLASS,
+    FILL_PROJECT,
     api_server,
     create_database,
     drop_database,
@@ -64,7 +65,7 @@ def main() -> None:
             _, token = create_token(session, "read", "bench-dashboard")
         # the server runs without public reads: the page reads the token from its cookie
         headers = {"Cookie": f"speedwatch_token={token}"}
-        path = f"/series/{key}"
+        path = f"/series/{key}?project={FILL_PROJECT}"  # as every dashboard link names it
         with api_server(dsn) as base:
             page = httpx.get(base + path, headers=headers, timeout=60)
             if page.status_code != 200:

@@ -7,7 +7,8 @@ with wrk, whose Lua script mixes, by weight (`--mix`):
 
 - trigger: POST /api/v1/runs (2 cells, a new revision each time)
 - ingest:  POST /api/v1/results (a new document each time; judged after the response)
-- points:  GET /api/v1/series/{key}/points (newest 500 of ~1000 points)
+- points:  GET /api/v1/series/{key}/points?project=bench (newest 500 of ~1000 points; the
+           ingests file the same keys under project "load", so the project is named)
 - series:  GET /api/v1/series?limit=100 (each with its latest point)
 - run:     GET /api/v1/runs/{id} (a stored run of 100 cells)
 - page:    GET of each `--page` path (dashboard pages), only those answering 200 first
@@ -19,7 +20,8 @@ sustained rate is the highest median throughput whose median p95 stays under `--
 with no errors. wrk and the server share this machine's cores.
 
     .venv/bin/python scripts/load_test.py [--workers 2] [--connections 1,2,4,8,16]
-        [--duration 20] [--repeat 3] [--page / --page /series/...] [--json out.json]
+        [--duration 20] [--repeat 3] [--page / --page '/series/...?project=bench']
+        [--json out.json]
 
 Needs `wrk` on PATH (Debian: `apt-get install wrk`).
 """
@@ -48,6 +50,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_api import (  # noqa: E402
     DEVICE_CLASS,
+    FILL_PROJECT,
     create_database,
     document,
     drop_database,
@@ -104,8 +107,9 @@ function request()
     return wrk.format("POST", "/api/v1/results", json_headers,
                       doc[1] .. tag .. "-" .. counter .. doc[2])
   elseif kind == "points" then
-    return wrk.format("GET", "/api/v1/series/" .. keys[math.random(#keys)] .. "/points",
-                      get_headers)
+    -- the filled history's project: "load" measures the same keys (ingest) as well
+    return wrk.format("GET", "/api/v1/series/" .. keys[math.random(#keys)] ..
+                      "/points?project=%(project)s", get_headers)
   elseif kind == "series" then
     return wrk.format("GET", "/api/v1/series?limit=100", get_headers)
   elseif kind == "run" then
@@ -251,6 +255,7 @@ def main() -> None:
         script = workdir / "mix.lua"
         script.write_text(LUA % {
             "token": token, "kinds": lua_list(kinds), "keys": lua_list(keys),
+            "project": FILL_PROJECT,
             "pages": lua_list(pages or ["/healthz"]), "runs": runs,
             "ingest": "{" + ", ".join(lua_list(d) for d in ingest) + "}",
             "trigger": lua_list(trigger), "stamp": secrets.token_hex(3)})

@@ -29,7 +29,7 @@ from app.config import Settings  # noqa: E402
 from app.db import get_engine, session_scope, upgrade  # noqa: E402
 from app.services.tokens import create_token  # noqa: E402
 from tests.dashboard.browser import launch  # noqa: E402
-from tests.dashboard.seed import seed  # noqa: E402
+from tests.dashboard.seed import PROJECT, seed  # noqa: E402
 
 
 def main() -> None:
@@ -54,8 +54,8 @@ def main() -> None:
             for path, chart, out, height in (
                 ("/", "#overview-chart", "dashboard-overview.png", None),
                 # the chart, change points and the regression; not the table of points
-                (f"/series/{seeded.regressed_key}", "#series-chart", "dashboard-series.png",
-                 1080),
+                (f"/series/{seeded.regressed_key}?project={PROJECT}", "#series-chart",
+                 "dashboard-series.png", 1080),
             ):
                 page.goto(base + path)
                 page.locator(f"{chart} g.trace").first.wait_for(state="attached")

@@ -106,6 +106,7 @@ def point_public(point: Point) -> PointPublic:
 def series_public(series: Series, latest: Point | None) -> SeriesPublic:
     return SeriesPublic(
         key=series.key,
+        project=series.project.name,
         model=series.model,
         backend=series.backend,
         weights=series.weights,
@@ -113,6 +114,9 @@ def series_public(series: Series, latest: Point | None) -> SeriesPublic:
         batch_size=series.batch_size,
         shape_mode=series.shape_mode,
         device_class=series.device_class,
+        threads=series.threads,
+        timing_mode=series.timing_mode,  # type: ignore[arg-type]  # CHECK-constrained
+        options=series.options,
         latest=point_public(latest) if latest is not None else None,
     )
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -78,6 +79,21 @@ def _when(value: Any) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def series_href(key: str, project: str) -> str:
+    """The series page of `key` in `project`: every link to a series names its project,
+    because the same key may be measured by several projects."""
+    return f"/series/{quote(key, safe='/')}?project={quote(project, safe='')}"
+
+
+def series_api_href(key: str, project: str, what: str) -> str:
+    """The API's `points` or `changes` of the series (what a page links to as raw data)."""
+    return f"/api/v1/series/{quote(key, safe='/')}/{what}?project={quote(project, safe='')}"
+
+
+def _threads(value: int | None) -> str:
+    return series_service.THREADS_AUTO if value is None else str(value)
+
+
 def _json_script(value: Any) -> Markup:
     """JSON safe inside <script type="application/json">: no '<', '>' or '&' survive."""
     text = json.dumps(value, separators=(",", ":"), allow_nan=False)
@@ -85,7 +101,9 @@ def _json_script(value: Any) -> Markup:
     return Markup(text)
 
 
-templates.env.filters.update(speedup=_speedup, pct=_pct, when=_when, json_script=_json_script)
+templates.env.filters.update(speedup=_speedup, pct=_pct, when=_when, json_script=_json_script,
+                             threads=_threads)
+templates.env.globals.update(series_href=series_href, series_api_href=series_api_href)
 templates.env.globals["TRIGGER_HINT"] = TRIGGER_HINT
 
 
@@ -179,13 +197,14 @@ class OverviewRow:
     sparkline: Markup
 
 
-def _active_regressions(session: SessionDep) -> dict[str, Regression]:
-    """Series key -> its active regression (an open one wins over an acknowledged one)."""
-    out: dict[str, Regression] = {}
+def _active_regressions(session: SessionDep, project: str | None) -> dict[int, Regression]:
+    """Series id -> its active regression (an open one wins over an acknowledged one)."""
+    out: dict[int, Regression] = {}
     for status in ("acknowledged", "open"):
-        page, _ = regression_service.list_regressions(session, status=status, limit=500)
+        page, _ = regression_service.list_regressions(session, status=status, project=project,
+                                                      limit=500)
         for regression in page:
-            out[regression.series.key] = regression
+            out[regression.series_id] = regression
     return out
 
 
@@ -194,7 +213,20 @@ def _filters(values: dict[str, str | None]) -> SeriesFilter:
     batch = clean.pop("batch_size")
     if batch is not None and not batch.isdigit():
         raise InvalidRequest("batch_size", f"{batch!r} is not a whole number")
-    return SeriesFilter(batch_size=int(batch) if batch else None, **clean)
+    threads = clean.pop("threads")
+    if threads is not None and not (threads.isdigit() or threads == series_service.THREADS_AUTO):
+        raise InvalidRequest("threads", f"{threads!r} is not a whole number or "
+                                        f"{series_service.THREADS_AUTO!r}")
+    return SeriesFilter(batch_size=int(batch) if batch else None,
+                        threads=int(threads) if threads and threads.isdigit() else threads,
+                        **clean)
+
+
+def _estimate_labels(series: list[Series]) -> list[str]:
+    """Chart row labels: the key, with its project where the rows span several projects
+    (one key in two projects must stay two rows)."""
+    several = len({s.project_id for s in series}) > 1
+    return [f"{s.key} ({s.project.name})" if several else s.key for s in series]
 
 
 @router.get("/")
@@ -202,6 +234,7 @@ def overview(
     request: Request,
     session: SessionDep,
     _access: PageAccess,
+    project: Annotated[str | None, Query(max_length=100)] = None,
     model: Annotated[str | None, Query(max_length=100)] = None,
     backend: Annotated[str | None, Query(max_length=50)] = None,
     weights: Annotated[str | None, Query(max_length=20)] = None,
@@ -209,20 +242,22 @@ def overview(
     batch_size: Annotated[str | None, Query(max_length=10)] = None,
     shape_mode: Annotated[str | None, Query(max_length=20)] = None,
     device_class: Annotated[str | None, Query(max_length=100)] = None,
+    threads: Annotated[str | None, Query(max_length=10)] = None,
+    timing_mode: Annotated[str | None, Query(max_length=16)] = None,
 ) -> HTMLResponse:
-    selected = {"model": model, "backend": backend, "weights": weights, "precision": precision,
-                "batch_size": batch_size, "shape_mode": shape_mode,
-                "device_class": device_class}
+    selected = {"project": project, "model": model, "backend": backend, "weights": weights,
+                "precision": precision, "batch_size": batch_size, "shape_mode": shape_mode,
+                "device_class": device_class, "threads": threads, "timing_mode": timing_mode}
     filters = _filters(selected)
     found = series_service.list_series(session, filters, limit=OVERVIEW_LIMIT + 1)
     truncated = len(found) > OVERVIEW_LIMIT
     found = found[:OVERVIEW_LIMIT]
-    active = _active_regressions(session)
+    active = _active_regressions(session, filters.project)
     sparks = series_service.recent_speedups(session, [s.id for s, _ in found],
                                             per_series=SPARKLINE_POINTS)
     rows = []
     for series, latest in found:
-        regression = active.get(series.key)
+        regression = active.get(series.id)
         if regression is not None:
             status = "regression" if regression.status == "open" else "acknowledged"
         else:
@@ -230,11 +265,12 @@ def overview(
         colour = figures.REGRESSION_COLOUR if status == "regression" else "#1f77b4"
         spark = figures.sparkline_svg(sparks.get(series.id, []), colour=colour)
         rows.append(OverviewRow(series, latest, status, regression, Markup(spark)))
-    rows.sort(key=lambda r: (STATUS_ORDER[r.status], r.series.key))
+    rows.sort(key=lambda r: (STATUS_ORDER[r.status], r.series.key, r.series.project.name))
+    measured = [(r, r.latest) for r in rows if r.latest is not None]
+    labels = _estimate_labels([r.series for r, _ in measured])
     chart = figures.estimates_figure(
-        [figures.Estimate(r.series.key, r.latest.speedup, r.latest.ci_low, r.latest.ci_high,
-                          r.status)
-         for r in rows if r.latest is not None],
+        [figures.Estimate(label, p.speedup, p.ci_low, p.ci_high, r.status)
+         for label, (r, p) in zip(labels, measured, strict=True)],
         empty_reason="no series has a measured point yet",
     )
     any_series = bool(rows) or any(v for v in selected.values())
@@ -247,10 +283,15 @@ def overview(
 # ---- series --------------------------------------------------------------------------------
 
 def _siblings(session: SessionDep, series: Series) -> list[Series]:
-    """The series that differ from this one only in weight representation."""
-    same = SeriesFilter(model=series.model, backend=series.backend, precision=series.precision,
+    """The series of the same project that differ from this one only in weight
+    representation (another project's, or another timing mode's, never compare)."""
+    same = SeriesFilter(project=series.project.name, model=series.model,
+                        backend=series.backend, precision=series.precision,
                         batch_size=series.batch_size, shape_mode=series.shape_mode,
-                        device_class=series.device_class)
+                        device_class=series.device_class,
+                        threads=series_service.THREADS_AUTO if series.threads is None
+                        else series.threads,
+                        timing_mode=series.timing_mode, options=series.options)
     return [s for s, _ in series_service.list_series(session, same, limit=10)
             if s.id != series.id]
 
@@ -258,8 +299,11 @@ def _siblings(session: SessionDep, series: Series) -> list[Series]:
 @router.get("/series/{key:path}")
 def series_page(
     key: str, request: Request, session: SessionDep, _access: PageAccess,
+    project: Annotated[str | None, Query(max_length=100)] = None,
 ) -> HTMLResponse:
-    series = series_service.get_series(session, key)
+    """One project's series (`?project=`, which may be left out while the key exists in
+    one project only, as in the API), with its weight siblings of that project overlaid."""
+    series = series_service.get_series(session, key, project)
     ordered = [series, *sorted(_siblings(session, series), key=lambda s: s.weights)]
     traces: list[figures.SeriesTrace] = []
     regressions: list[Regression] = []
@@ -271,8 +315,9 @@ def series_page(
             session, member, before=points[0], buckets=HISTORY_BUCKETS,
         ) if len(points) == SERIES_POINT_LIMIT else []
         traces.append(figures.SeriesTrace(member.weights, points, older))
-        page, _ = regression_service.list_regressions(session, series_key=member.key,
-                                                      limit=REGRESSION_LIST_LIMIT)
+        page, _ = regression_service.list_regressions(
+            session, series_key=member.key, project=member.project.name,
+            limit=REGRESSION_LIST_LIMIT)
         regressions.extend(page)
         # the API's GET /series/{key}/changes, on the points this page has already read
         found = attribute_changes(points[-CHANGEPOINT_WINDOW:])

@@ -82,10 +82,14 @@ def get_or_create_environment(session: Session, canonical: dict[str, Any]) -> En
     )
 
 
-def get_or_create_series(session: Session, key: str) -> Series:
-    axes = parse_series_key(key)
-    columns = {k: v for k, v in axes.items() if hasattr(Series, k)}
-    return get_or_create(session, Series, {"key": key}, columns)
+def get_or_create_series(session: Session, project_id: int, key: str) -> Series:
+    """The project's series of `key` (a checked key), created with its axes on first use.
+
+    Per project: another project's results under the same key are another history.
+    """
+    # every axis of the key (benchmarks.spec.SERIES_KEY_FIELDS) is a column
+    return get_or_create(session, Series, {"project_id": project_id, "key": key},
+                         parse_series_key(key))
 
 
 def check_result_document(result: BenchResult, field: str = "result") -> tuple[BenchSpec, str]:
@@ -103,7 +107,9 @@ def check_result_document(result: BenchResult, field: str = "result") -> tuple[B
     try:
         parse_series_key(result.series_key)
     except SpecError as exc:
-        raise InvalidRequest(f"{field}.series_key", str(exc)) from None
+        # the message names the field already ("series_key: ..."); say it once
+        raise InvalidRequest(f"{field}.series_key",
+                             str(exc).removeprefix("series_key: ")) from None
     device_class = result.fingerprint.get("device_class")
     if device_class is None:
         if result.status == "ok":

@@ -360,7 +360,7 @@ def store_result(
 
     `cell` may be new and not yet added (ingest): it is then inserted with its result.
     """
-    series = get_or_create_series(session, key)
+    series = get_or_create_series(session, run.project_id, key)
     now = _now()
     cell.status = RESULT_TO_CELL_STATUS[result.status]
     cell.error = None if result.status == "ok" else _clip(result.reason or result.status)

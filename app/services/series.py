@@ -3,6 +3,10 @@
 Only results with status "ok" are points (failed and skipped ones have no speedup). The
 queries lean on ix_results_series_id_created_at: "latest point of each series" is one
 correlated index probe per series of the page, not a scan of all results.
+
+A series belongs to a project, and the same key may exist in several projects: a reader
+names the project, or leaves it out when the key exists in one project only
+(`get_series`).
 """
 
 from __future__ import annotations
@@ -13,15 +17,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, and_, case, cast, func, or_, select
+from sqlalchemy import Select, Text, and_, case, cast, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from app.errors import NotFound
-from app.models import Result, Run, Series
+from app.errors import InvalidRequest, NotFound
+from app.models import Project, Result, Run, Series
+
+# The `threads` filter value for series that use the library's default (threads NULL).
+THREADS_AUTO = "auto"
 
 
 @dataclass(frozen=True)
 class SeriesFilter:
+    """Equality filters on the series' axes; None: any value."""
+
+    project: str | None = None  # the project's name
     model: str | None = None
     backend: str | None = None
     weights: str | None = None
@@ -29,6 +39,22 @@ class SeriesFilter:
     batch_size: int | None = None
     shape_mode: str | None = None
     device_class: str | None = None
+    threads: int | str | None = None  # a number, or THREADS_AUTO
+    timing_mode: str | None = None
+    options: str | None = None
+
+    def apply(self, query: Select[Series]) -> Select[Series]:
+        for name, value in vars(self).items():
+            if value is None:
+                continue
+            if name == "project":
+                query = query.where(Series.project_id.in_(
+                    select(Project.id).where(Project.name == value)))
+            elif name == "threads" and value == THREADS_AUTO:
+                query = query.where(Series.threads.is_(None))
+            else:
+                query = query.where(getattr(Series, name) == value)
+        return query
 
 
 @dataclass(frozen=True)
@@ -88,17 +114,31 @@ def _latest_ok_result_id() -> object:
     )
 
 
+def series_cursor(series: Series) -> str:
+    """The keyset position after `series` ("id:key"; `parse_cursor` reads it back)."""
+    return f"{series.id}:{series.key}"
+
+
+def parse_cursor(cursor: str) -> tuple[str, int | None]:
+    """(key, id) of a cursor; a bare key (the cursor before series had projects) means
+    every series after that key."""
+    head, sep, key = cursor.partition(":")
+    if sep and head.isdigit():
+        return key, int(head)
+    return cursor, None
+
+
 def list_series(
-    session: Session, filters: SeriesFilter, *, limit: int, after_key: str | None = None
+    session: Session, filters: SeriesFilter, *, limit: int, after: str | None = None
 ) -> list[tuple[Series, Point | None]]:
-    """Series ordered by key (keyset pagination: keys after `after_key`), with latest point."""
-    query = select(Series)
-    for name, value in vars(filters).items():
-        if value is not None:
-            query = query.where(getattr(Series, name) == value)
-    if after_key is not None:
-        query = query.where(Series.key > after_key)
-    series = list(session.scalars(query.order_by(Series.key).limit(limit)))
+    """Series ordered by key, then id (one key may exist in several projects), with their
+    latest point; keyset pagination: the series after cursor `after` (`series_cursor`)."""
+    query = filters.apply(select(Series))
+    if after is not None:
+        key, series_id = parse_cursor(after)
+        query = query.where(Series.key > key if series_id is None else or_(
+            Series.key > key, and_(Series.key == key, Series.id > series_id)))
+    series = list(session.scalars(query.order_by(Series.key, Series.id).limit(limit)))
     latest = _latest_points(session, [s.id for s in series])
     return [(s, latest.get(s.id)) for s in series]
 
@@ -117,11 +157,25 @@ def _latest_points(session: Session, series_ids: list[int]) -> dict[int, Point]:
     return {row[0]: point for row, point in zip(rows, points, strict=True)}
 
 
-def get_series(session: Session, key: str) -> Series:
-    series = session.scalars(select(Series).where(Series.key == key)).first()
-    if series is None:
+def get_series(session: Session, key: str, project: str | None = None) -> Series:
+    """The series of `key` in `project`. Without a project, the key's only series; a key
+    that several projects measure is ambiguous (InvalidRequest naming the field `project`
+    and the projects), because their histories are not comparable."""
+    query = select(Series).where(Series.key == key)
+    if project is not None:
+        found = session.scalars(query.join(Project, Project.id == Series.project_id)
+                                .where(Project.name == project)).first()
+        if found is None:
+            raise NotFound(f"series {key!r} not found in project {project!r}")
+        return found
+    candidates = list(session.scalars(query.order_by(Series.id)))
+    if not candidates:
         raise NotFound(f"series {key!r} not found")
-    return series
+    if len(candidates) > 1:
+        names = sorted(s.project.name for s in candidates)
+        raise InvalidRequest("project", f"series {key!r} exists in several projects "
+                                        f"({', '.join(names)}); name one with ?project=")
+    return candidates[0]
 
 
 def latest_point(session: Session, series: Series) -> Point | None:
@@ -150,11 +204,20 @@ AXES = ("model", "backend", "weights", "precision", "batch_size", "shape_mode", 
 
 
 def axis_values(session: Session) -> dict[str, list[Any]]:
-    """The distinct values of each series axis (the dashboard's filter choices)."""
-    out: dict[str, list[Any]] = {}
+    """The distinct values of each series axis (the dashboard's filter choices): the names
+    of projects with series, the key's axes, threads as numbers (THREADS_AUTO first for
+    the library's default) and the timing modes."""
+    out: dict[str, list[Any]] = {"project": list(session.scalars(
+        select(Project.name).where(Project.id.in_(select(Series.project_id)))
+        .order_by(Project.name)))}
     for axis in AXES:
         column = getattr(Series, axis)
         out[axis] = list(session.scalars(select(column).distinct().order_by(column)))
+    threads = set(session.scalars(select(Series.threads).distinct()))
+    out["threads"] = ([THREADS_AUTO] if None in threads else []) + sorted(
+        t for t in threads if t is not None)
+    out["timing_mode"] = list(session.scalars(
+        select(Series.timing_mode).distinct().order_by(Series.timing_mode)))
     return out
 
 

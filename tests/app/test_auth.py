@@ -23,7 +23,8 @@ GUARDED = [
     ("GET", "/api/v1/runs", None),
     ("GET", "/api/v1/runs/1", None),
     ("GET", "/api/v1/series", None),
-    ("GET", "/api/v1/series/resnet18/eager/constant/fp32/bs1/static/cpu/points", None),
+    ("GET", "/api/v1/series/resnet18/eager/constant/fp32/bs1/static/cpu/t1/nographs/points",
+     None),
     ("GET", "/api/v1/compare?base=1&head=2", None),
     ("POST", "/api/v1/results", {}),
 ]

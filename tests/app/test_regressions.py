@@ -15,7 +15,7 @@ from tests.app._asserts import assert_needs_token, assert_unknown_id
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer, tiny_spec
 
-KEY = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu"
+KEY = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu/tauto/nographs"
 
 
 def post(client: TestClient, token: str, document: dict[str, Any]) -> dict[str, Any]:
@@ -68,6 +68,10 @@ def test_another_project_measuring_the_same_series_has_its_own_regression(
     (audio,) = regressions(client, ci_token, project="audio")
     assert audio["series_key"] == KEY and audio["status"] == "open"
     assert len(regressions(client, ci_token, status="open")) == 2
+    # ?series= is the key, in every project that measures it; ?project= narrows it
+    assert len(regressions(client, ci_token, series=KEY)) == 2
+    (narrowed,) = regressions(client, ci_token, series=KEY, project="audio")
+    assert narrowed["id"] == audio["id"]
 
 
 def test_the_database_refuses_a_second_active_regression_per_series(

@@ -16,7 +16,7 @@ from app.models import Cell, Result, Run
 from app.services import runs as run_service
 from tests.app.factories import bearer, bench_result, ingest_body, run_request, tiny_spec
 
-KEY = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu"
+KEY = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu/tauto/nographs"
 
 
 def ingest(client: TestClient, token: str, body: dict[str, Any]) -> Any:
@@ -80,8 +80,11 @@ BAD_DOCUMENTS = [
     (_doc(baseline_samples_ms=[[1.0, -2.0]]), "baseline_samples_ms: latency -2.0"),
     (_doc(candidate_samples_ms=[[1.0, math.nan]]), "candidate_samples_ms: latency nan"),
     (_doc(speedup__ci_low=2.0), "speedup: ci_low <= value <= ci_high does not hold"),
-    (_doc(series_key="resnet50/onnxruntime/constant/fp32/bs1/static/cpu"),
+    (_doc(series_key="resnet50/onnxruntime/constant/fp32/bs1/static/cpu/tauto/nographs"),
      "result.series_key: 'resnet50/onnxruntime"),
+    (_doc(series_key="resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu"),
+     "result.series_key: 'resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu' is not "
+     "model/backend/weights/precision/bsN/shape/device/tN|tauto/graphs|nographs[/options]"),
     (_doc(fingerprint={"device_class": "nvidia-h100"}), "does not match its spec and fingerprint"),
     (_doc(fingerprint={}), "result.fingerprint.device_class: required"),
     (_doc(colour="red"), "unknown result fields: colour"),
@@ -197,7 +200,8 @@ def test_compare_reports_shared_series_change_and_ci_overlap(
     head = measured_run("v2", {"onnxruntime": 1.0})
     response = client.get(f"/api/v1/compare?base={base}&head={head}",
                           headers=bearer(read_token)).json()
-    assert response["only_in_base"] == ["resnet18-w8-i32/inductor/constant/fp32/bs1/static/cpu"]
+    assert response["only_in_base"] == [
+        "resnet18-w8-i32/inductor/constant/fp32/bs1/static/cpu/tauto/nographs"]
     assert response["only_in_head"] == []
     [row] = response["series"]
     assert row["series_key"] == KEY

@@ -38,7 +38,7 @@ def test_a_trigger_stores_one_queued_cell_per_matrix_point(
     assert run["progress"] == {"total": 8, "queued": 8, "running": 0, "done": 0, "failed": 0,
                                "skipped": 0}
     keys = {cell["series_key"] for cell in run["cells"]}
-    assert "resnet18-w8-i32/inductor/tensor/fp32/bs4/static/cpu" in keys
+    assert "resnet18-w8-i32/inductor/tensor/fp32/bs4/static/cpu/tauto/nographs" in keys
     assert len(keys) == 8
     assert {cell["queue"] for cell in run["cells"]} == {"cpu"}
     assert run["environment"]["pins"] == ["onnxruntime==1.22.0"]

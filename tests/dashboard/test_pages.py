@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import html as html_lib
 import json
+import random
 import re
 from importlib import resources
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.dashboard import figures
+from app.db import get_engine
 from app.main import create_app
-from tests.dashboard.seed import Seeded
+from app.schemas import ResultIngest
+from app.services.results import ingest_result
+from tests.dashboard.seed import TRACKS, Seeded, document
 
 
 def html(response_text: str) -> str:
@@ -46,8 +51,11 @@ def test_every_page_on_an_empty_store_explains_why_it_is_empty(
 
 
 @pytest.mark.parametrize(("path", "status", "says"), [
-    ("/series/resnet50/eager/constant/fp32/bs1/static/cpu", 404,
-     "series 'resnet50/eager/constant/fp32/bs1/static/cpu' not found"),
+    ("/series/resnet50/eager/constant/fp32/bs1/static/cpu/t1/nographs", 404,
+     "series 'resnet50/eager/constant/fp32/bs1/static/cpu/t1/nographs' not found"),
+    ("/series/resnet50/eager/constant/fp32/bs1/static/cpu/t1/nographs?project=vision", 404,
+     "series 'resnet50/eager/constant/fp32/bs1/static/cpu/t1/nographs' not found in project "
+     "'vision'"),
     ("/runs/999", 404, "run 999 not found"),
     ("/runs/abc", 422, "run_id"),
     ("/compare?base=1&head=2", 404, "base run 1 not found"),
@@ -172,3 +180,44 @@ def test_a_long_history_draws_its_newest_points_raw_and_older_ones_as_bucket_mea
     assert line["x"] == ["r100…r101", "r102…r103", "r104…r105",
                          *(f"r{n}" for n in range(106, 116))]
     assert line["customdata"][0][1] == "mean of 2 results (older history, summarised)"
+
+
+def test_a_key_two_projects_measure_has_one_page_per_project_overlaying_only_its_own(
+        pages: TestClient, seeded: Seeded, public_settings: Settings) -> None:
+    # project "audio" measures the steady constant-weights series of "vision" once
+    result = document(TRACKS[0], 0, "2.5.0", random.Random(1))
+    with Session(get_engine(public_settings), expire_on_commit=False) as session:
+        ingest_result(session, ResultIngest.model_validate({
+            "project": "audio", "revision": "a1", "environment": {"pins": []},
+            "result": result.to_dict()}), public_settings)
+        session.commit()
+    key = seeded.steady_key
+
+    ambiguous = pages.get(f"/series/{key}")
+    assert ambiguous.status_code == 422
+    assert "exists in several projects (audio, vision)" in html(ambiguous.text)
+    audio = pages.get(f"/series/{key}", params={"project": "audio"}).text
+    assert f"<title>{key} · audio" in audio
+    assert f"{key} in project audio" in html(audio)
+    names = {t.get("name") for t in figure(audio, "series-chart")["data"]}
+    assert "weights constant" in names and "weights tensor" not in names  # vision's sibling
+    vision = pages.get(f"/series/{key}", params={"project": "vision"}).text
+    assert "weights tensor" in {t.get("name") for t in figure(vision, "series-chart")["data"]}
+
+    overview = pages.get("/").text
+    rows = re.findall(r'data-key="([^"]+)" data-project="([^"]+)"', overview)
+    assert (key, "audio") in rows and (key, "vision") in rows
+    assert f'href="/series/{key}?project=audio"' in overview
+    assert '<option value="audio" ' in overview  # the project filter's choices
+    assert f"{key} (audio)" in figure(overview, "overview-chart")["data"][0]["y"]
+    only_audio = pages.get("/", params={"project": "audio"}).text
+    assert re.findall(r'data-project="([^"]+)"', only_audio) == ["audio"]
+
+
+def test_every_link_to_a_series_page_names_its_project(
+        pages: TestClient, seeded: Seeded) -> None:
+    for path in ("/", "/regressions", f"/runs/{seeded.run_ids[-1]}", "/compare",
+                 f"/series/{seeded.regressed_key}?project=vision"):
+        links = re.findall(r'href="(/(?:api/v1/)?series/[^"]*)"', pages.get(path).text)
+        assert links, path
+        assert all("?project=vision" in link for link in links), (path, links)

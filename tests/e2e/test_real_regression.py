@@ -127,12 +127,14 @@ def test_a_pipeline_that_feeds_ort_its_weights_as_inputs_is_caught_and_alerted(
         receiver.close()
 
 
-SERIES = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu"
+SERIES = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu/t1/nographs"
 
 
 def _points(client: httpx.Client, run_ids: set[int]) -> list[dict[str, Any]]:
-    """This test's points of the series (other tests' projects may share the series)."""
-    body = client.get(f"/api/v1/series/{SERIES}/points").json()
+    """This test's points of the project's series (earlier runs on the same store may have
+    added points to it; other projects have series of their own)."""
+    body = client.get(f"/api/v1/series/{SERIES}/points",
+                      params={"project": "ort-pipeline"}).json()
     return sorted((p for p in body["points"] if p["run_id"] in run_ids),
                   key=lambda p: p["revision"])
 
