@@ -24,8 +24,9 @@ from app.schemas import RunCreate
 from app.services.runs import submit_run
 from workers.local import get_local_executor
 
+# Two processes per triggered cell, no adaptive additions: this test is about confirming.
 TIMING = {"warmup_iters": 5, "rounds": 6, "min_rounds": 6, "iters_per_round": 5,
-          "bootstrap_resamples": 200}
+          "bootstrap_resamples": 200, "processes": 2, "max_processes": 2}
 
 
 def request(revision: str, interpreter: str) -> RunCreate:
@@ -92,8 +93,9 @@ def test_a_real_drop_between_environments_is_confirmed_by_an_interleaved_re_meas
         assert "fault" not in baseline.evidence
         assert candidate.fingerprint["environment"]["interpreter"] == "slow"
         assert baseline.fingerprint["environment"]["interpreter"] == "fast"
-        # two processes each, alternating: each side's span overlaps the other's
-        assert len(candidate.evidence["processes"]) == len(baseline.evidence["processes"]) == 2
+        # the policy's confirm_processes (3) each, more than the triggered cell's 2,
+        # alternating: each side's span overlaps the other's
+        assert len(candidate.evidence["processes"]) == len(baseline.evidence["processes"]) == 3
         assert candidate.started_at is not None and baseline.started_at is not None
         assert candidate.finished_at is not None and baseline.finished_at is not None
         assert candidate.started_at < baseline.started_at < candidate.finished_at \
