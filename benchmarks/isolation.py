@@ -222,8 +222,8 @@ def run_adaptive(
             after_each()
         if one.status != "ok":
             one.spec = spec.to_dict()
-            if k_max > 1:
-                one.reason = f"process {j + 1} of {len(results) + 1}: {one.reason or one.status}"
+            if j > 0:  # say that earlier processes were fine (the first one's reason is plain)
+                one.reason = f"process {j + 1} (after {j} ok): {one.reason or one.status}"
             return one
         results.append(one)
         if j == 0:

@@ -152,10 +152,10 @@ def _decide(
         .with_for_update(skip_locked=True)
     ).all()
     queues = {c.queue for c in stuck if c.status == "queued"}
-    last_start = {
-        q: session.scalar(select(func.max(Cell.started_at)).where(Cell.queue == q))
-        for q in sorted(queues)
-    }
+    # A worker shows it consumes a queue by starting its cells, and while one cell runs
+    # long (an adaptive cell adds processes) by its heartbeat: the cell's updated_at moves
+    # after every benchmark process. Either counts as the queue's last sign of life.
+    last_start = {q: _last_activity(session, q) for q in sorted(queues)}
     runs_touched: set[int] = set()
     for cell in stuck:
         reason = _give_up_reason(cell, settings, now, after, last_start.get(cell.queue))
@@ -180,6 +180,15 @@ def _decide(
     report.judged_runs = judge_pending_ingests(session, older_than_s=NEVER_ENQUEUED_GRACE_S,
                                                now=now)
     return report, to_send
+
+
+def _last_activity(session: Session, queue: str) -> datetime | None:
+    from app.models import Cell
+
+    started = session.scalar(select(func.max(Cell.started_at)).where(Cell.queue == queue))
+    beat = session.scalar(select(func.max(Cell.updated_at))
+                          .where(Cell.queue == queue, Cell.status == "running"))
+    return max((t for t in (started, beat) if t is not None), default=None)
 
 
 def _give_up_reason(

@@ -308,3 +308,22 @@ def test_a_redispatched_delivery_goes_through_the_broker_and_keeps_its_retry_bud
     failed = _delivery(session, delivery_id)
     assert (failed.status, failed.attempt) == ("failed", 3)  # 1 + webhook_max_retries
     assert len(failed.attempts_log) == 2
+
+
+def test_a_queue_whose_long_cell_keeps_its_heartbeat_is_alive(
+    session: Session, settings: Settings
+) -> None:
+    """An adaptive cell can run longer than the deadline; its heartbeat (updated_at after
+    every process) shows the queue's worker is there, so the cells waiting behind it are
+    sent again, never failed with "no worker consumes queue"."""
+    _, [long_id] = new_run(session, settings)
+    _, [waiting_id] = new_run(session, settings, revision="v2")
+    then = _later(settings, factor=settings.max_cell_attempts)
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    _set(session, long_id, status="running", attempts=1, started_at=long_ago,
+         enqueued_at=long_ago, updated_at=then - timedelta(seconds=1))
+    _set(session, waiting_id, enqueued_at=datetime.now(timezone.utc))
+
+    report = reconcile(now=then, settings=settings, enqueue=Sent())
+    assert report.failed == []
+    assert report.requeued == [waiting_id]
