@@ -182,10 +182,10 @@ def register(cli: typer.Typer) -> None:
             "3): the CI then includes the variance between processes."),
         max_processes: int | None = typer.Option(
             None, min=1, max=32, help="Adaptive: add processes until the CI half-width is "
-            "at most half of --threshold, up to this many (default 10 on CPU, 8 on GPU)."),
+            "at most half of --threshold, up to this many (default 6 on CPU, 8 on GPU)."),
         budget: float | None = typer.Option(
             None, min=0.0, help="Adaptive: stop adding processes once their timing seconds "
-            "reach this (default 45 on CPU, 16 on GPU; 0: none)."),
+            "reach this (default 30 on CPU, 16 on GPU; 0: none)."),
         threshold: float = typer.Option(
             0.03, min=0.001, max=0.5, help="The regression threshold the measurement must "
             "be precise enough to judge at."),

@@ -236,8 +236,11 @@ def run_adaptive(
         if len(results) < k_min:
             continue
         try:
-            merged = merge_processes(spec, results, started_monotonic=started) \
-                if len(results) > 1 else results[0]
+            if len(results) > 1:
+                merged = merge_processes(spec, results, started_monotonic=started)
+            else:  # one process: its own result, filed under the cell's spec
+                merged = replace(results[0], spec=spec.to_dict(),
+                                 evidence=dict(results[0].evidence))
         except (stats.StatsError, ResultError) as exc:
             return _failed(spec, f"merging {len(results)} processes: {exc}", "", started)
         if reference is not None and merged.speedup is not None:

@@ -71,14 +71,14 @@ def default_timing(device: str) -> TimingPolicy:
     interval's t quantile is 12.7 with 2, 4.3 with 3) of a few seconds each, and more are
     added until the comparison with its baseline is decided, within a budget.
     GPU: CUDA-graph replays, 2 s per process (3 processes decide a 3% threshold in about
-    6 s of timing on an H100); CPU: 3 s per process, a 45 s budget.
+    6 s of timing on an H100); CPU: 3 s per process, at most 6 processes or 30 s of timing.
     """
     if device == "cuda":
         return TimingPolicy(warmup_iters=20, rounds=2000, iters_per_round=10, max_seconds=2.0,
                             min_rounds=5, cuda_graphs=True, processes=3, max_processes=8,
                             budget_seconds=16.0)
     return TimingPolicy(warmup_iters=5, rounds=200, iters_per_round=5, max_seconds=3.0,
-                        min_rounds=5, processes=3, max_processes=10, budget_seconds=45.0)
+                        min_rounds=5, processes=3, max_processes=6, budget_seconds=30.0)
 
 
 @dataclass(frozen=True)

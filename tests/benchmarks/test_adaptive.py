@@ -124,3 +124,14 @@ def test_no_reference_means_the_fixed_number_of_processes(tiny_spec: SpecFactory
     adaptive = result.evidence["adaptive"]
     assert adaptive["processes"] == 2 and adaptive["stopped_by"] == "fixed_processes"
     assert "store unreachable" in adaptive["reference_error"]
+
+
+@pytest.mark.slow
+def test_a_single_process_result_carries_the_cells_own_spec(tiny_spec: SpecFactory) -> None:
+    """The store files a result under its cell by the spec's hash: the child's spec (its
+    own seed, no adaptive limits) must not leak into the result."""
+    spec = adaptive_spec(tiny_spec, 1, 1)
+    result = run_adaptive(spec, reference_for=lambda _: Reference(0.03), timeout_s=300)
+    assert result.status == "ok"
+    assert result.spec == spec.to_dict()
+    assert result.evidence["adaptive"]["processes"] == 1

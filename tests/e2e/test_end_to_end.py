@@ -135,6 +135,8 @@ def test_ci_triggers_over_http_and_a_real_worker_stores_results_in_postgresql(
          "--model", "resnet18", "--backend", "eager,onnxruntime", "--weights", "constant",
          "--batch", "1", "--width", "8", "--image-size", "32",
          "--rounds", str(TINY_TIMING["rounds"]), "--iters-per-round", "2", "--warmup", "1",
+         # default processes (3) and adaptive additions, bounded to keep the test short
+         "--max-processes", "4",
          "--wait", "--timeout", str(RUN_TIMEOUT_S), "--poll", "1"],
         env=stack.env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 60, check=False,
     )
@@ -155,9 +157,21 @@ def test_ci_triggers_over_http_and_a_real_worker_stores_results_in_postgresql(
         assert result.speedup is not None and result.ci_low <= result.speedup <= result.ci_high
         assert result.installed_versions["torch"]
         assert result.fingerprint["device_class"] == "cpu"
+        # measured adaptively in separate processes, the interval covering their spread
+        adaptive = result.evidence["adaptive"]
+        assert 3 <= adaptive["processes"] <= 4 and adaptive["timing_seconds"] > 0
+        assert adaptive["stopped_by"] in ("decided", "max_processes", "budget")
+        assert result.ci_method == "processes-variance-components"
     # the API reports the same, with per-cell progress
     body = httpx.get(f"{stack.url}/api/v1/runs/{run.id}", timeout=10).json()
     assert body["progress"]["done"] == 2 and body["verdict"] == "pass"
+    # each cell's evidence, fingerprint and judgement come with the run; no silent pass
+    for cell in body["cells"]:
+        assert cell["result"]["evidence"]["timing"]["mode"] == "nographs"
+        assert cell["result"]["fingerprint"]["device_class"] == "cpu"
+        assert cell["judgement"]["verdict"] == "pass"
+    assert any("no baseline yet" in reason for reason in body["reasons"])
+    assert "measurement:" in submit.stdout
 
 
 def test_a_crashing_cell_fails_alone_and_the_worker_takes_the_next_one(

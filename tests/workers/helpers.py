@@ -13,8 +13,12 @@ from app.services.common import spec_hash
 from app.services.runs import create_run
 from benchmarks.spec import BenchSpec
 
+# One process per cell and no time-based warm-up: these tests are about the life cycle of
+# cells, not about timing (adaptive measurement has its own tests, and the end-to-end test
+# keeps the default timing).
 TINY_TIMING = {"warmup_iters": 1, "rounds": 3, "min_rounds": 2, "iters_per_round": 2,
-               "bootstrap_resamples": 200}
+               "bootstrap_resamples": 200, "processes": 1, "max_processes": 1,
+               "warmup_seconds": 0}
 
 
 def tiny_request(
