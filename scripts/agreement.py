@@ -37,14 +37,15 @@ ROOT = Path(__file__).resolve().parent.parent
 ADMIN_URL = os.environ.get("SPEEDWATCH_TEST_ADMIN_URL", "postgresql://127.0.0.1:5432/test")
 
 
-def matrix_args(reverse: bool, args: argparse.Namespace) -> list[str]:
+def matrix_args(reverse: bool, args: argparse.Namespace, *, bench: bool = False) -> list[str]:
     def order(values: str) -> str:
         items = values.split(",")
         return ",".join(reversed(items) if reverse else items)
 
     return ["--model", args.model, "--backend", args.backend,
             "--weights", order("constant,tensor"), "--batch", order(args.batch),
-            "--image-size", str(args.image_size), "--threads", "1"]
+            "--image-size", str(args.image_size),
+            *(["--option", "threads=1"] if bench else ["--threads", "1"])]
 
 
 def speedwatch(*argv: str, env: dict[str, str], log: Path) -> subprocess.CompletedProcess[str]:
@@ -101,6 +102,8 @@ def via_submit(args: argparse.Namespace, log: Path) -> list[list[dict[str, Any]]
         speedwatch("migrate", env=env, log=log)
         token = speedwatch("token", "create", "--scope", "ci", env=env,
                            log=log).stdout.strip().splitlines()[-1]
+        read = speedwatch("token", "create", "--scope", "read", env=env,
+                          log=log).stdout.strip().splitlines()[-1]
         os.environ.update({k: v for k, v in env.items() if k.startswith("SPEEDWATCH_")})
         server, base = start_server(env["SPEEDWATCH_DATABASE_URL"], 1, queue,
                                     log.with_name("serve.log"))
@@ -115,7 +118,10 @@ def via_submit(args: argparse.Namespace, log: Path) -> list[list[dict[str, Any]]
                               "--revision", f"run{i + 1}", *matrix_args(reverse, args),
                               "--wait", "--timeout", "7200", "--poll", "5", env=env, log=log)
             run_id = int(proc.stderr.split("run ", 1)[1].split(" ", 1)[0])
-            runs.append(httpx.get(f"{base}/api/v1/runs/{run_id}", timeout=30).json())
+            answer = httpx.get(f"{base}/api/v1/runs/{run_id}", timeout=30,
+                               headers={"Authorization": f"Bearer {read}"})
+            answer.raise_for_status()
+            runs.append(answer.json())
         (log.parent / "runs.json").write_text(json.dumps(runs, indent=1))
         return [cells_from_run(r) for r in runs]
     finally:
@@ -129,7 +135,7 @@ def via_bench(args: argparse.Namespace, log: Path) -> list[list[dict[str, Any]]]
     runs = []
     for i, reverse in enumerate((False, True)):
         out = log.parent / f"bench{i + 1}.json"
-        speedwatch("bench", *matrix_args(reverse, args), "--json", str(out),
+        speedwatch("bench", *matrix_args(reverse, args, bench=True), "--json", str(out),
                    env=dict(os.environ), log=log)
         runs.append(cells_from_bench(json.loads(out.read_text())))
     return runs

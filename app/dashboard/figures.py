@@ -258,7 +258,8 @@ def estimates_figure(estimates: Sequence[Estimate], *, empty_reason: str) -> Cha
     if not estimates:
         return Chart(None, empty_reason)
     colours = [REGRESSION_COLOUR if e.status in ("regression", "open") else
-               "#e67e22" if e.status == "acknowledged" else "#1f77b4" for e in estimates]
+               "#e67e22" if e.status in ("acknowledged", "inconclusive") else "#1f77b4"
+               for e in estimates]
     data = [{
         "type": "scatter", "mode": "markers", "orientation": "h",
         "y": [e.label for e in estimates], "x": [e.speedup for e in estimates],
