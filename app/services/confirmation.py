@@ -37,19 +37,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
+from app.detection.policy import DetectionPolicy
 from app.detection.verdict import VerdictError, judge_results
 from app.models import RUN_TERMINAL, Cell, Result, Run
 from app.services.common import canonical_hash, spec_hash
+from app.services.documents import result_document
 from benchmarks.spec import BenchSpec
-
-if TYPE_CHECKING:
-    from app.services.detection import DetectionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -210,8 +209,6 @@ def confirmation_outcome(
     cand, base = results["candidate"], results["baseline"]
     base_run = session.get(Run, base.run_id)
     processes = BenchSpec.from_dict(cells["candidate"].spec).timing.processes
-    from app.services.detection import result_document
-
     cand_doc = result_document(cand, cells["candidate"].series_key, cells["candidate"].spec)
     base_doc = result_document(base, cells["baseline"].series_key, cells["baseline"].spec)
     try:
