@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
+from workers import dispatch
 from workers.celery_app import (
     DELIVER_WEBHOOK_TASK,
     RECONCILE_TASK,
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 log = logging.getLogger(__name__)
+
+# Every worker process loads this module (Celery's `include`, the local executor's thread):
+# the cells it runs may request confirmations and record webhook deliveries, which the
+# services send through app.ports, so the worker's own executors are wired in here.
+dispatch.install()
 
 MAX_REASON = 2000
 OUTCOMES = {"ok": "done", "failed": "failed", "skipped": "skipped"}

@@ -42,6 +42,7 @@ from typing import Literal
 from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
+from app import ports
 from app.config import Settings, get_settings
 from app.detection.policy import DetectionPolicy
 from app.detection.verdict import VerdictError, judge_results
@@ -244,11 +245,12 @@ def _forget_after_rollback(session: Session) -> None:
 
 def send(cells: list[tuple[int, str]], settings: Settings) -> None:
     """Hand committed confirm cells to the executor; never raises. On failure the cells'
-    enqueue stamp is cleared, so the reconciler sends them within a minute."""
-    try:
-        from workers.dispatch import enqueue_cells
+    enqueue stamp is cleared, so the reconciler sends them within a minute.
 
-        enqueue_cells(cells, settings)
+    Runs in SQLAlchemy's after_commit hook, in whichever process committed (the API, or a
+    worker finishing a run), so it goes through app.ports like every other send."""
+    try:
+        ports.cell_queue().enqueue(cells, settings)
     except Exception as exc:  # broker down: the cells are stored, the reconciler sends them
         log.warning("confirmation cells %s not sent: %s", [c for c, _ in cells], exc)
         try:
