@@ -12,12 +12,12 @@ import time
 import httpx
 from sqlalchemy import select
 
-from app.cli_client import EXIT_REGRESSION
 from app.config import Settings
 from app.db import session_scope
 from app.models import Cell, Run
 from app.services import runs as run_service
 from benchmarks.spec import BenchSpec
+from cli.client import EXIT_REGRESSION
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer, tiny_spec
 
@@ -51,7 +51,7 @@ def test_submit_wait_prints_the_reasons_and_exits_1_on_regression(
     worker = threading.Thread(target=play_worker, args=(settings, revision, 1.6), daemon=True)
     worker.start()
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", "submit", "--url", api_url, "--token", ci_token,
+        [sys.executable, "-m", "cli", "submit", "--url", api_url, "--token", ci_token,
          "--project", project, "--revision", revision, "--branch", "main", "--model", "resnet18",
          "--backend", "onnxruntime", "--weights", "constant", "--width", "8",
          "--image-size", "32", "--wait", "--poll", "0.2", "--timeout", "60"],
