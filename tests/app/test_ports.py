@@ -70,3 +70,15 @@ def test_with_no_executor_wired_a_trigger_is_kept_and_its_cells_stay_queued(
     assert "no cell queue is wired" in detail and "stored" in detail
     assert session.scalar(select(func.count()).select_from(Cell).where(
         Cell.status == "queued", Cell.enqueued_at.is_(None))) == 2
+
+
+def test_with_nothing_wired_webhook_deliveries_stay_pending_with_a_warning(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    from app.services import webhooks
+
+    ports.unwire()
+    celery = settings.model_copy(update={"executor": "celery"})
+    webhooks.dispatch([101, 102], celery)  # never raises: the reconciler sends them later
+    assert "webhook deliveries [101, 102] not dispatched" in caplog.text
+    assert "no webhook delivery queue is wired" in caplog.text
