@@ -2,6 +2,10 @@
 
 Each app owns its engine (tests build apps on other databases side by side); uvicorn runs it
 with `factory=True` (see `speedwatch serve`).
+
+This is the API process's composition root, the one module of app/ above the services that
+imports workers/: it wires the worker package's executors into the services' ports
+(app.ports), through which triggered cells, confirmations and webhook deliveries are sent.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from app.config import Settings, get_settings
 from app.dashboard import routes as dashboard
 from app.db import make_engine
 from app.errors import install_exception_handlers
+from workers import dispatch
 
 DESCRIPTION = """\
 Continuous performance-regression service for GPU inference: PyTorch eager against
@@ -42,6 +47,7 @@ reads need a `read` token unless the server has public reads. Errors are
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    dispatch.install()  # the services send cells and deliveries through app.ports
     engine = make_engine(settings)
 
     @asynccontextmanager

@@ -99,7 +99,7 @@ class Project(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
-    # Detection policy (app.services.detection.DetectionPolicy); NULL means the defaults.
+    # Detection policy (app.detection.policy.DetectionPolicy); NULL means the defaults.
     detection: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
-from app.services.detection import DetectionPolicy
+from app.detection.policy import DetectionPolicy
 from benchmarks.spec import BACKENDS, MODELS, PRECISIONS, SHAPE_MODES, WEIGHTS
 
 

@@ -50,7 +50,7 @@ def matrix_args(reverse: bool, args: argparse.Namespace, *, bench: bool = False)
 
 def speedwatch(*argv: str, env: dict[str, str], log: Path) -> subprocess.CompletedProcess[str]:
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "app.cli", *argv], env=env, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "cli", *argv], env=env, cwd=ROOT,
                           capture_output=True, text=True, check=False, timeout=7200)
     shown = ["***" if a.startswith("sw_") else a for a in argv]
     with log.open("a") as f:
@@ -110,7 +110,7 @@ def via_submit(args: argparse.Namespace, log: Path) -> list[list[dict[str, Any]]
         procs.append(server)
         worker_log = log.with_name("worker.log").open("w")
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker", "--queues", queue, "--concurrency", "1"],
+            [sys.executable, "-m", "cli", "worker", "--queues", queue, "--concurrency", "1"],
             env=env, cwd=ROOT, stdout=worker_log, stderr=subprocess.STDOUT))
         runs = []
         for i, reverse in enumerate((False, True)):

@@ -64,7 +64,7 @@ def cli(*args: str, env: dict[str, str], log: Path, timeout: float = 3600) -> tu
     """Run `speedwatch ARGS`; returns the exit code and its stdout (both streams are logged,
     with secrets left out of the logged command line)."""
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "app.cli", *args], env=env,
+    proc = subprocess.run([sys.executable, "-m", "cli", *args], env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
     shown = ["***" if a.startswith("sw_") else a for a in args]
     with log.open("a") as f:
@@ -162,7 +162,7 @@ def main() -> int:
     ci, admin = token(env, "ci", log), token(env, "admin", log)
     serve_log = (out / "serve.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(args.port)], env=env,
+        [sys.executable, "-m", "cli", "serve", "--port", str(args.port)], env=env,
         stdout=serve_log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{args.port}"
     try:

@@ -162,7 +162,7 @@ def start_server(dsn: str, workers: int, queue: str, log: Path) -> tuple[subproc
            "SPEEDWATCH_CPU_QUEUE": queue, "SPEEDWATCH_GPU_QUEUES": json.dumps({"cuda": queue}),
            "SPEEDWATCH_PUBLIC_READS": "false", "SPEEDWATCH_ENVIRONMENT": "development"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers",
+        [sys.executable, "-m", "cli", "serve", "--port", str(port), "--workers",
          str(workers), "--no-migrate"],
         cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )

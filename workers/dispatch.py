@@ -1,8 +1,12 @@
-"""Hand committed cells to whatever executes them, chosen by `settings.executor`.
+"""Hand committed cells to whatever executes them, chosen by `settings.executor`, and
+webhook deliveries to the broker: the worker package's side of the service's ports.
 
-The API calls `enqueue_cells` after its transaction commits, so a worker never looks for a
-cell that is not there yet. If sending fails, the cells stay `queued` in SQL and the
-reconciler sends them again; the caller gets a DispatchError to report (503).
+The services never import this module: they send through app.ports, and `install()` wires
+the implementations below into it (the app factory does so for an API process,
+workers.tasks for a worker process). The API sends after its transaction commits, so a
+worker never looks for a cell that is not there yet. If sending fails, the cells stay
+`queued` in SQL and the reconciler sends them again; the caller gets a DispatchError to
+report (503).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from app import ports
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -64,3 +70,31 @@ def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
             f"message broker unavailable ({type(exc).__name__}: {exc}); "
             f"{len(cells) - sent} cells stay queued and the reconciler sends them"
         ) from exc
+
+
+def send_deliveries(delivery_ids: Sequence[int], settings: Settings) -> None:
+    """Send each webhook delivery id to the webhook queue; the deliver_webhook task POSTs."""
+    from workers.celery_app import DELIVER_WEBHOOK_TASK, celery_for
+
+    app = celery_for(settings)
+    for delivery_id in delivery_ids:
+        app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id], queue=settings.webhook_queue)
+
+
+class ExecutorCellQueue:
+    """app.ports.CellQueue: cells to the executor the settings name (`enqueue_cells`)."""
+
+    def enqueue(self, cells: Sequence[tuple[int, str]], settings: Settings) -> None:
+        enqueue_cells(cells, settings)
+
+
+class CeleryDeliveryQueue:
+    """app.ports.DeliveryQueue: webhook deliveries to the broker (`send_deliveries`)."""
+
+    def send(self, delivery_ids: Sequence[int], settings: Settings) -> None:
+        send_deliveries(delivery_ids, settings)
+
+
+def install() -> None:
+    """Wire this package's executors into the service's ports (idempotent)."""
+    ports.wire(cells=ExecutorCellQueue(), deliveries=CeleryDeliveryQueue())

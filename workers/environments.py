@@ -1,10 +1,10 @@
-"""Environments under test: validated version pins and the cached virtualenvs built from them.
+"""Environments under test: the cached virtualenvs built from validated version pins.
 
 An environment is either a list of pins (`onnxruntime==1.22.0`) or a named interpreter the
-worker was configured with. A trigger comes from CI over HTTP, so the pins are untrusted:
-`validate_pins` accepts exactly `name==version` with the name on an allowlist and refuses
-everything pip would read as an option, a URL, a path, an extra or a marker, *before* any
-process starts. pip and uv are then invoked with an argument list, never a shell.
+worker was configured with. What may be asked for is decided in app.environment_policy,
+the one policy the API and the workers share: `materialize` validates the pins there again,
+whoever called, *before* any process starts. pip and uv are then invoked with an argument
+list, never a shell.
 
 Layout of a materialized environment (content-addressed, so equal pins share one venv):
 
@@ -39,7 +39,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import site
 import subprocess
@@ -48,90 +47,18 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from app.environment_policy import validate_pins
+
 log = logging.getLogger(__name__)
 
 # Bump when the venv layout changes, so old cache entries are never reused.
 LAYOUT_VERSION = "1"
-MAX_PINS = 32
-MAX_PIN_LENGTH = 120
 BUILD_TIMEOUT_S = 1800.0
 OVERLAY_PTH = "speedwatch-overlay.pth"
-
-# A distribution name as PEP 508 allows it (letters, digits, and . _ - inside), ASCII only.
-_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
-# A PEP 440 version without epochs or wildcards: release, pre, post, dev, local label.
-_VERSION = (
-    r"[0-9]+(?:\.[0-9]+)*"
-    r"(?:(?:a|b|rc)[0-9]+)?"
-    r"(?:\.post[0-9]+)?"
-    r"(?:\.dev[0-9]+)?"
-    r"(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?"
-)
-PIN_RE = re.compile(rf"(?P<name>{_NAME})==(?P<version>{_VERSION})", re.ASCII)
-_SHELL_METACHARACTERS = set("$`|&;<>()*?!{}\\'\"#~%^")
-
-
-class PinError(ValueError):
-    """A requested pin that will not be installed; the message names the pin and why."""
 
 
 class EnvironmentBuildError(RuntimeError):
     """Building a validated environment failed (no such version, no wheel, pip error)."""
-
-
-def normalize_name(name: str) -> str:
-    """PEP 503 normalisation: `Torch_TensorRT` and `torch-tensorrt` are one package."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _refusal(pin: str) -> str:
-    """The most specific reason a pin is not `name==version`, for the error message."""
-    if pin.startswith("-"):
-        return "pip options (-e, -i, --index-url, --extra-index-url, ...) are not allowed"
-    if "://" in pin or pin.startswith(("/", ".", "~")) or "/" in pin or "@" in pin:
-        return "URLs and paths are not allowed"
-    if "[" in pin or "]" in pin:
-        return "extras ([...]) are not allowed"
-    if ";" in pin:
-        return "environment markers (;) are not allowed"
-    if any(c.isspace() for c in pin):
-        return "whitespace is not allowed"
-    if "==" not in pin or re.search(r"[<>~!]|===|\*", pin):
-        return "only exact pins name==version are allowed (no ranges or wildcards)"
-    if any(c in _SHELL_METACHARACTERS for c in pin):
-        return "shell metacharacters are not allowed"
-    return "must be name==version with a plain release version such as 1.22.0"
-
-
-def validate_pins(pins: Sequence[str], allowlist: Iterable[str]) -> list[str]:
-    """Return the pins normalised (`name==version`, name PEP 503) and sorted, or raise PinError.
-
-    Only this function decides what reaches pip, so it accepts a narrow language instead of
-    trying to recognise every dangerous one.
-    """
-    if isinstance(pins, str):
-        raise PinError("environment pins: expected a list of strings, got one string")
-    if len(pins) > MAX_PINS:
-        raise PinError(f"environment pins: at most {MAX_PINS} pins, got {len(pins)}")
-    allowed = {normalize_name(a) for a in allowlist}
-    seen: dict[str, str] = {}
-    for pin in pins:
-        if not isinstance(pin, str):
-            raise PinError(f"pin {pin!r}: expected a string")
-        if len(pin) > MAX_PIN_LENGTH:
-            raise PinError(f"pin {pin[:40]!r}...: longer than {MAX_PIN_LENGTH} characters")
-        match = PIN_RE.fullmatch(pin)
-        if match is None:
-            raise PinError(f"pin {pin!r}: {_refusal(pin)}")
-        name = normalize_name(match["name"])
-        if name not in allowed:
-            listed = ", ".join(sorted(allowed)) or "nothing (set SPEEDWATCH_ENV_ALLOWLIST)"
-            raise PinError(f"pin {pin!r}: {name!r} is not on the allowlist ({listed})")
-        version = match["version"]
-        if name in seen and seen[name] != version:
-            raise PinError(f"pin {pin!r}: {name} is pinned twice ({seen[name]} and {version})")
-        seen[name] = version
-    return [f"{n}=={v}" for n, v in sorted(seen.items())]
 
 
 def python_tag() -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
+from workers import dispatch
 from workers.celery_app import (
     DELIVER_WEBHOOK_TASK,
     RECONCILE_TASK,
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 log = logging.getLogger(__name__)
+
+# Every worker process loads this module (Celery's `include`, the local executor's thread):
+# the cells it runs may request confirmations and record webhook deliveries, which the
+# services send through app.ports, so the worker's own executors are wired in here.
+dispatch.install()
 
 MAX_REASON = 2000
 OUTCOMES = {"ok": "done", "failed": "failed", "skipped": "skipped"}
@@ -109,21 +115,18 @@ def _reference(cell_id: int, series_key: str, settings: Settings) -> Any:
 def resolve_python(
     pins: list[str], interpreter: str | None, settings: Settings | None = None
 ) -> str:
-    """The interpreter for an environment: a named one from settings, or a cached venv."""
+    """The interpreter for an environment: a named one from settings (as the policy allows),
+    or a cached venv."""
     from app.config import get_settings
+    from app.environment_policy import InterpreterError, named_interpreter
     from workers.environments import EnvironmentBuildError, materialize
 
     settings = settings or get_settings()
     if interpreter:
-        known = settings.interpreters
-        if interpreter not in known:
-            raise EnvironmentBuildError(
-                f"interpreter {interpreter!r} is not configured on this worker "
-                f"(known: {', '.join(sorted(known)) or 'none'}; see SPEEDWATCH_INTERPRETERS)"
-            )
-        if pins:
-            raise EnvironmentBuildError("an environment is either pins or an interpreter")
-        return known[interpreter]
+        try:
+            return named_interpreter(interpreter, pins, settings.interpreters)
+        except InterpreterError as exc:  # a cell's reason names the build step that refused
+            raise EnvironmentBuildError(str(exc)) from None
     return materialize(pins, allowlist=settings.env_allowlist,
                        cache_dir=settings.venv_cache_dir)
 
@@ -149,7 +152,8 @@ def _cell_environment(session: Any, cell_id: int) -> CellEnvironment:
 
 def _annotate(result: Any, env: CellEnvironment, python: str) -> None:
     """Store what the cell asked for beside what the child found installed."""
-    from workers.environments import installed_versions, normalize_name
+    from app.environment_policy import normalize_name
+    from workers.environments import installed_versions
 
     fingerprint = result.fingerprint
     fingerprint["environment"] = {

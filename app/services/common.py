@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.config import Settings
+from app.environment_policy import PinError, validate_pins
 from app.errors import InvalidRequest
 from app.models import Base, Environment, Project, Series
 from app.schemas import EnvironmentIn
@@ -59,11 +60,10 @@ def get_or_create_project(session: Session, name: str) -> Project:
 def canonical_environment(env: EnvironmentIn, settings: Settings) -> dict[str, Any]:
     """Validated, normalised environment: {"pins": sorted normalised pins, "interpreter"}.
 
-    Pins go through the workers' own validator, so the API and the worker refuse exactly the
-    same things (a pin refused here could never be installed there).
+    Pins go through the policy the workers apply too (app.environment_policy), so the API
+    and the worker refuse exactly the same things (a pin refused here could never be
+    installed there).
     """
-    from workers.environments import PinError, validate_pins
-
     if env.interpreter is not None:
         return {"pins": [], "interpreter": env.interpreter}
     try:

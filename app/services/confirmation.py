@@ -37,19 +37,19 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
+from app import ports
 from app.config import Settings, get_settings
+from app.detection.policy import DetectionPolicy
 from app.detection.verdict import VerdictError, judge_results
 from app.models import RUN_TERMINAL, Cell, Result, Run
 from app.services.common import canonical_hash, spec_hash
+from app.services.documents import result_document
 from benchmarks.spec import BenchSpec
-
-if TYPE_CHECKING:
-    from app.services.detection import DetectionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -210,8 +210,6 @@ def confirmation_outcome(
     cand, base = results["candidate"], results["baseline"]
     base_run = session.get(Run, base.run_id)
     processes = BenchSpec.from_dict(cells["candidate"].spec).timing.processes
-    from app.services.detection import result_document
-
     cand_doc = result_document(cand, cells["candidate"].series_key, cells["candidate"].spec)
     base_doc = result_document(base, cells["baseline"].series_key, cells["baseline"].spec)
     try:
@@ -247,11 +245,12 @@ def _forget_after_rollback(session: Session) -> None:
 
 def send(cells: list[tuple[int, str]], settings: Settings) -> None:
     """Hand committed confirm cells to the executor; never raises. On failure the cells'
-    enqueue stamp is cleared, so the reconciler sends them within a minute."""
-    try:
-        from workers.dispatch import enqueue_cells
+    enqueue stamp is cleared, so the reconciler sends them within a minute.
 
-        enqueue_cells(cells, settings)
+    Runs in SQLAlchemy's after_commit hook, in whichever process committed (the API, or a
+    worker finishing a run), so it goes through app.ports like every other send."""
+    try:
+        ports.cell_queue().enqueue(cells, settings)
     except Exception as exc:  # broker down: the cells are stored, the reconciler sends them
         log.warning("confirmation cells %s not sent: %s", [c for c, _ in cells], exc)
         try:

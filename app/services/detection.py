@@ -2,7 +2,8 @@
 baseline, regressions opened and auto-resolved, the run's verdict and reasons written.
 
 The statistics live in app.detection (pure functions); this module only chooses what to
-compare, following the project's policy (`projects.detection`, see DetectionPolicy):
+compare, following the project's policy (`projects.detection`, see
+app.detection.policy.DetectionPolicy):
 
 - baseline "previous" (default): the latest earlier ok result of the series from a run of
   the same project on the same branch;
@@ -16,6 +17,10 @@ A cell judged "regression" opens a regression for its series unless one is alrea
 is resolved when a later result of the series, judged against the regression's own baseline
 (the pre-regression reference, not the regressed result), is no longer a regression.
 
+A triggered run's suspected speed regression is re-measured before its alert opens: this
+module asks app.services.confirmation for it and reads its outcome; confirmation never
+calls back here (both rebuild result documents with app.services.documents).
+
 Called inside the caller's transaction; flushes, never commits. The events it returns
 (regressions opened or resolved) are for the caller to notify AFTER its commit.
 """
@@ -25,19 +30,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
 from app.detection.evidence import evidence_sentence
+from app.detection.policy import DetectionPolicy
 from app.detection.verdict import (
-    DEFAULT_THRESHOLD,
     Baseline,
-    BaselineKind,
     CellVerdict,
     CellVerdictKind,
     HistoryPoint,
@@ -46,52 +49,16 @@ from app.detection.verdict import (
     judge_cell,
     select_baseline,
 )
-from app.models import REGRESSION_ACTIVE, Cell, Project, Regression, Result, Run
-from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup
+from app.models import REGRESSION_ACTIVE, Cell, Regression, Result, Run
+from app.services import confirmation
+from app.services.documents import result_document
+from app.services.policy import project_policy
+from benchmarks.result import BenchResult, Speedup
 from benchmarks.stats import Reference, log_half_width
 
 log = logging.getLogger(__name__)
 
 MAX_REASONS = 50
-
-
-class DetectionPolicy(BaseModel):
-    """A project's detection settings, stored as JSON on the project (NULL: these defaults)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    baseline: BaselineKind = "previous"
-    threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0, lt=1)
-    window: int = Field(default=10, ge=1, le=1000)
-    pinned_run_id: int | None = None
-    # Per-series overrides of `threshold`: a series that is noisier (or more critical) than
-    # the rest gets its own bar without loosening (or tightening) every other series.
-    series_thresholds: dict[
-        Annotated[str, StringConstraints(min_length=1, max_length=300)],
-        Annotated[float, Field(ge=0, lt=1)],
-    ] = Field(default_factory=dict, max_length=1000)
-
-    def threshold_for(self, series_key: str) -> float:
-        """The series' own threshold if it has one, else the project's."""
-        return self.series_thresholds.get(series_key, self.threshold)
-    # Confirm before alarming (app.services.confirmation): a triggered run's candidate
-    # speed regression is re-measured, candidate and baseline environments alternating in
-    # `confirm_processes` child processes each, before its alert opens.
-    confirm: bool = True
-    # 3: a multi-process interval uses the t quantile (12.7 for 2 processes, 4.3 for 3).
-    confirm_processes: int = Field(default=3, ge=2, le=16)
-
-
-def project_policy(project: Project) -> DetectionPolicy:
-    """The stored policy, or the defaults (with a log line) if it is missing or invalid."""
-    if not project.detection:
-        return DetectionPolicy()
-    try:
-        return DetectionPolicy.model_validate(project.detection)
-    except ValidationError as exc:
-        log.warning("project %s: invalid detection policy, using defaults: %s",
-                    project.name, exc.errors()[0].get("msg"))
-        return DetectionPolicy()
 
 
 @dataclass(frozen=True)
@@ -100,43 +67,6 @@ class RegressionEvent:
 
     regression_id: int
     event: Literal["opened", "resolved"]
-
-
-# ---- documents from rows ---------------------------------------------------------------------
-
-def result_document(row: Result, series_key: str, spec: dict[str, Any]) -> BenchResult:
-    """The BenchResult a stored row came from (everything the verdict and evidence read)."""
-    def summary(prefix: str) -> LatencySummary | None:
-        median = getattr(row, f"{prefix}_median_ms")
-        if median is None:
-            return None
-        return LatencySummary(
-            n=row.samples_per_side or 0, median_ms=median,
-            iqr_ms=getattr(row, f"{prefix}_iqr_ms") or 0.0,
-            p05_ms=getattr(row, f"{prefix}_p05_ms") or median,
-            p95_ms=getattr(row, f"{prefix}_p95_ms") or median,
-            mean_ms=getattr(row, f"{prefix}_mean_ms") or median,
-        )
-
-    speedup = None
-    if row.speedup is not None and row.ci_low is not None and row.ci_high is not None:
-        speedup = Speedup(row.speedup, row.ci_low, row.ci_high,
-                          row.ci_confidence or 0.95, row.ci_method or "unknown")
-    accuracy = None
-    if row.accuracy_passed is not None:
-        accuracy = Accuracy(row.accuracy_rel_l2 or 0.0, row.accuracy_max_abs or 0.0,
-                            row.accuracy_tolerance or 0.0, row.accuracy_passed)
-    return BenchResult(
-        series_key=series_key, spec=spec,
-        status=row.status,  # type: ignore[arg-type]  # CHECK-constrained
-        reason=row.reason, schema_version=row.schema_version,
-        baseline_samples_ms=row.baseline_samples_ms or [],
-        candidate_samples_ms=row.candidate_samples_ms or [],
-        baseline=summary("baseline"), candidate=summary("candidate"),
-        speedup=speedup, accuracy=accuracy, compile_seconds=row.compile_seconds,
-        peak_memory_bytes=row.peak_memory_bytes or {}, evidence=row.evidence or {},
-        fingerprint=row.fingerprint or {},
-    )
 
 
 def _point(session: Session, row: Result) -> HistoryPoint:
@@ -311,8 +241,6 @@ def judge_run(
     confirmation (app.services.confirmation); the call that finds its re-measure ended
     finishes judging that cell.
     """
-    from app.services import confirmation  # imports app.schemas, which imports this
-
     settings = settings or get_settings()
     run = session.get(Run, run_id)
     if run is None:
@@ -408,8 +336,6 @@ def judge_run(
 def _judge_confirm_run(session: Session, run: Run) -> None:
     """A confirm run is no verdict of its own: the run whose cell it re-measures judges it.
     Its reasons say what it is; "error" if its measurement failed."""
-    from app.services import confirmation
-
     cells = session.scalars(select(Cell).where(Cell.run_id == run.id)).all()
     failed = [c for c in cells if c.status == "failed"]
     origin = session.get(Cell, run.confirms_cell_id) if run.confirms_cell_id else None

@@ -1,21 +1,39 @@
 """A project's detection policy as people read and change it (the API and `speedwatch policy`).
 
-Detection itself (app.services.detection) reads the stored policy on every judged run; this
-module owns the checks that need the store, which the DetectionPolicy model alone cannot
-make: a pinned baseline needs a run, and that run must belong to the project. Changing the
-policy changes what counts as a regression from the next judged cell on; regressions
-already open keep the threshold and baseline they were opened with. Flushes, never commits.
+Detection itself (app.services.detection) reads the stored policy on every judged run
+through `project_policy`; this module also owns the checks that need the store, which the
+DetectionPolicy model (app.detection.policy) alone cannot make: a pinned baseline needs a
+run, and that run must belong to the project. Changing the policy changes what counts as a
+regression from the next judged cell on; regressions already open keep the threshold and
+baseline they were opened with. Flushes, never commits.
 """
 
 from __future__ import annotations
 
+import logging
+
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.detection.policy import DetectionPolicy
 from app.errors import InvalidRequest, NotFound
 from app.models import Project, Run
 from app.services.common import get_or_create_project
-from app.services.detection import DetectionPolicy, project_policy
+
+log = logging.getLogger(__name__)
+
+
+def project_policy(project: Project) -> DetectionPolicy:
+    """The stored policy, or the defaults (with a log line) if it is missing or invalid."""
+    if not project.detection:
+        return DetectionPolicy()
+    try:
+        return DetectionPolicy.model_validate(project.detection)
+    except ValidationError as exc:
+        log.warning("project %s: invalid detection policy, using defaults: %s",
+                    project.name, exc.errors()[0].get("msg"))
+        return DetectionPolicy()
 
 
 def get_project(session: Session, name: str) -> Project:

@@ -28,6 +28,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, load_only
 
+from app import ports
 from app.config import Settings, get_settings
 from app.errors import DATABASE_ERRORS, Conflict, InvalidRequest, NotFound
 from app.models import CELL_TERMINAL, Cell, Project, Result, Run
@@ -233,7 +234,7 @@ def submit_run(
     """Create (or find) the run, COMMIT, then hand its unsent cells to the executor.
 
     Committing first means a worker never receives an id it cannot find. If the executor
-    cannot take the cells (broker down, workers package missing), the run is kept and the
+    cannot take the cells (broker down, no executor wired in), the run is kept and the
     outcome carries a warning: the cells stay `queued` with `enqueued_at` NULL, and the
     reconciler, or a retry of this same request, sends them.
     """
@@ -248,7 +249,8 @@ def submit_run(
 
 
 def enqueue(session: Session, cells: list[tuple[int, str]], settings: Settings) -> str | None:
-    """Send committed cells to the executor; returns a warning instead of raising."""
+    """Send committed cells to the executor (through app.ports); returns a warning instead
+    of raising."""
     if not cells or settings.executor == "none":
         return None  # "none" = record only: nothing here executes cells
     ids = [cell_id for cell_id, _ in cells]
@@ -259,10 +261,8 @@ def enqueue(session: Session, cells: list[tuple[int, str]], settings: Settings) 
     )
     session.commit()
     try:
-        from workers.dispatch import enqueue_cells
-
-        enqueue_cells(cells, settings)
-    except Exception as exc:  # broker down, workers not installed: the run is kept anyway
+        ports.cell_queue().enqueue(cells, settings)
+    except Exception as exc:  # broker down, no executor wired: the run is kept anyway
         log.warning("enqueue of %d cells failed: %s", len(cells), exc)
         session.execute(
             update(Cell)

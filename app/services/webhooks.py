@@ -3,8 +3,9 @@
 The delivery rows are written in the same transaction that opens or resolves the
 regression, so an event is never lost and never announced before it is committed. Only
 after the commit are their ids handed to the executor (Celery task on the webhook queue,
-which its own worker consumes; a thread of the local executor; or nobody for "none"), so
-posting to a slow webhook never holds up a result, nor a worker that measures cells.
+which its own worker consumes, reached through app.ports; a thread of the local executor;
+or nobody for "none"), so posting to a slow webhook never holds up a result, nor a worker
+that measures cells.
 
 Each attempt is one POST; a connection error or a 5xx answer is worth retrying (with
 exponential backoff, up to `webhook_max_retries`), a 4xx is not (the receiver refuses the
@@ -24,6 +25,7 @@ import httpx
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from app import ports
 from app.config import Settings, get_settings
 from app.models import Regression, WebhookDelivery
 
@@ -75,7 +77,10 @@ def _forget_after_rollback(session: Session) -> None:
 
 
 def dispatch(delivery_ids: Sequence[int], settings: Settings) -> None:
-    """Hand committed deliveries to the executor; never raises (they stay pending)."""
+    """Hand committed deliveries to the executor; never raises (they stay pending).
+
+    The local executor's thread runs here, in this process; the broker is reached through
+    the delivery queue the worker package wired into app.ports."""
     if settings.executor == "none":
         return  # record only
     try:
@@ -85,12 +90,7 @@ def dispatch(delivery_ids: Sequence[int], settings: Settings) -> None:
                 name="speedwatch-webhooks", daemon=True)
             thread.start()
             return
-        from workers.celery_app import DELIVER_WEBHOOK_TASK, celery_for
-
-        app = celery_for(settings)
-        for delivery_id in delivery_ids:
-            app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id],
-                          queue=settings.webhook_queue)
+        ports.delivery_queue().send(delivery_ids, settings)
     except Exception as exc:  # broker down: the rows stay pending, the event is not lost
         log.warning("webhook deliveries %s not dispatched: %s", list(delivery_ids), exc)
 

@@ -10,11 +10,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
-from app.cli import cli
 from app.config import Settings
 from app.main import create_app
 from app.models import ApiToken
 from app.services.tokens import authenticate, create_token, has_scope, revoke_token
+from cli.main import cli
 from tests.app._asserts import assert_needs_token, assert_unknown_id
 from tests.app.factories import bearer, bench_result, ingest_body, run_request
 

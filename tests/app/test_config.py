@@ -98,8 +98,8 @@ def test_services_refuse_to_start_on_a_placeholder_secret_in_one_line(
 ) -> None:
     from typer.testing import CliRunner
 
-    from app.cli import cli
     from app.config import get_settings
+    from cli.main import cli
 
     for key, value in INSECURE_PRODUCTION.items():
         monkeypatch.setenv(key, value)

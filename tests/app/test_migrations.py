@@ -18,10 +18,10 @@ from sqlalchemy import Connection, create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 from typer.testing import CliRunner
 
-from app.cli import cli
 from app.db import downgrade, normalize_database_url, upgrade
 from app.models import Base
 from benchmarks.spec import BenchSpec, TimingPolicy
+from cli.main import cli
 
 TABLES = {"projects", "environments", "runs", "cells", "series", "results", "api_tokens",
           "regressions", "webhook_deliveries"}

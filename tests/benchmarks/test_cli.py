@@ -12,8 +12,8 @@ import typer
 from typer.testing import CliRunner
 
 from benchmarks.child import FAULT_ENV
-from benchmarks.cli import register
 from benchmarks.result import BenchResult
+from cli.bench import register
 
 TINY = ["--model", "resnet18", "--backend", "eager", "--width", "8", "--image-size", "32",
         "--rounds", "3", "--min-rounds", "2", "--iters-per-round", "2", "--warmup", "1",
@@ -81,7 +81,7 @@ def test_a_failed_spec_exits_1_and_is_still_reported(
 
 
 def test_importing_the_command_does_not_import_torch() -> None:
-    code = "import sys, benchmarks.cli; sys.exit('torch' in sys.modules)"
+    code = "import sys, cli.bench; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

@@ -14,12 +14,12 @@ import typer
 from typer.testing import CliRunner
 
 from benchmarks.child import FAULT_ENV
-from benchmarks.cli import register
 from benchmarks.isolation import process_spec, run_isolated
 from benchmarks.result import BenchResult
 from benchmarks.runner import run_spec
 from benchmarks.spec import BenchSpec, SpecError
 from benchmarks.stats import PROCESSES_METHOD, summary
+from cli.bench import register
 
 SpecFactory = Callable[..., BenchSpec]
 

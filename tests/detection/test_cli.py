@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import cli
+from cli.main import cli
 
 STEP = [2.0, 2.01, 1.99, 2.0, 2.02, 1.98, 2.0, 2.01, 1.99, 2.0, 2.01, 1.99, 2.0, 2.02,
         1.8, 1.81, 1.79, 1.8, 1.82, 1.78, 1.8, 1.81, 1.79, 1.8, 1.81, 1.79, 1.8, 1.82]

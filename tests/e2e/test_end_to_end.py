@@ -52,7 +52,7 @@ class Stack:
     def start(self, name: str, *args: str) -> None:
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (lives with the process)
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args], env=self.env, stdout=log,
+            [sys.executable, "-m", "cli", *args], env=self.env, stdout=log,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
 
@@ -130,7 +130,7 @@ def test_ci_triggers_over_http_and_a_real_worker_stores_results_in_postgresql(
     with session_scope(settings) as s:
         _, token = create_token(s, "ci", "e2e")
     submit = subprocess.run(
-        [sys.executable, "-m", "app.cli", "submit", "--url", stack.url, "--token", token,
+        [sys.executable, "-m", "cli", "submit", "--url", stack.url, "--token", token,
          "--project", "e2e", "--revision", f"rev-{secrets.token_hex(3)}",
          "--model", "resnet18", "--backend", "eager,onnxruntime", "--weights", "constant",
          "--batch", "1", "--width", "8", "--image-size", "32",

@@ -8,11 +8,11 @@ import subprocess
 import sys
 from typing import Any
 
-from app.cli_client import EXIT_ERROR
+from cli.client import EXIT_ERROR
 
 
 def _policy(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", "policy", *args],
+    return subprocess.run([sys.executable, "-m", "cli", "policy", *args],
                           capture_output=True, text=True, timeout=60, check=False)
 
 

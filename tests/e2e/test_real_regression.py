@@ -59,7 +59,7 @@ def pipeline_v2(root: Path) -> Path:
 def submit(url: str, token: str, revision: str,
            interpreter: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "submit", "--url", url, "--token", token,
+        [sys.executable, "-m", "cli", "submit", "--url", url, "--token", token,
          "--project", "ort-pipeline", "--revision", revision, "--interpreter", interpreter,
          "--model", "resnet18", "--backend", "onnxruntime", "--weights", "constant",
          "--batch", "1", "--width", "8", "--image-size", "32", "--rounds", "12",

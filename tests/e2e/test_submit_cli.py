@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from app.cli_client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, exit_code_for
+from cli.client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, exit_code_for
 
 
 def _free_port() -> int:
@@ -17,7 +17,7 @@ def _free_port() -> int:
 
 
 def _submit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", "submit", *args],
+    return subprocess.run([sys.executable, "-m", "cli", "submit", *args],
                           capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -12,7 +12,6 @@ import time
 import httpx
 from sqlalchemy import select
 
-from app.cli_client import EXIT_INCONCLUSIVE, EXIT_REGRESSION
 from app.config import Settings
 from app.db import session_scope
 from app.models import Cell, Run
@@ -20,6 +19,7 @@ from app.services import runs as run_service
 from benchmarks.result import Speedup
 from benchmarks.spec import BenchSpec
 from benchmarks.stats import PROCESSES_METHOD
+from cli.client import EXIT_INCONCLUSIVE, EXIT_REGRESSION
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer, tiny_spec
 
@@ -60,7 +60,7 @@ def test_submit_wait_prints_the_reasons_and_exits_1_on_regression(
     worker = threading.Thread(target=play_worker, args=(settings, revision, 1.6), daemon=True)
     worker.start()
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", "submit", "--url", api_url, "--token", ci_token,
+        [sys.executable, "-m", "cli", "submit", "--url", api_url, "--token", ci_token,
          "--project", project, "--revision", revision, "--branch", "main", "--model", "resnet18",
          "--backend", "onnxruntime", "--weights", "constant", "--width", "8",
          "--image-size", "32", "--wait", "--poll", "0.2", "--timeout", "60"],
@@ -87,7 +87,7 @@ def test_submit_wait_exits_3_when_the_comparison_is_inconclusive_and_says_why(
                               daemon=True)
     worker.start()
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", "submit", "--url", api_url, "--token", ci_token,
+        [sys.executable, "-m", "cli", "submit", "--url", api_url, "--token", ci_token,
          "--project", project, "--revision", revision, "--branch", "main", "--model", "resnet18",
          "--backend", "onnxruntime", "--weights", "constant", "--width", "8",
          "--image-size", "32", "--wait", "--poll", "0.2", "--timeout", "60"],

@@ -85,7 +85,7 @@ def test_serve_access_log_never_shows_a_token(settings: Settings) -> None:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--no-migrate"],
+        [sys.executable, "-m", "cli", "serve", "--port", str(port), "--no-migrate"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
     )
     try:

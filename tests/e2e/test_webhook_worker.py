@@ -45,7 +45,7 @@ def test_a_worker_retries_a_flaky_receiver_until_delivered(
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker", "--queues", f"{queue}-hooks",
+            [sys.executable, "-m", "cli", "worker", "--queues", f"{queue}-hooks",
              "--concurrency", "1"],
             env={**os.environ}, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)

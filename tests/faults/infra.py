@@ -135,7 +135,7 @@ class PrivatePostgres:
 
 
 class Processes:
-    """`python -m app.cli ...` subprocesses sharing one environment, each in its own group."""
+    """`python -m cli ...` subprocesses sharing one environment, each in its own group."""
 
     def __init__(self, env: dict[str, str], logs: Path) -> None:
         self.env, self.logs = env, logs
@@ -144,7 +144,7 @@ class Processes:
     def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 (lives with the process)
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args], env={**self.env, **(env or {})},
+            [sys.executable, "-m", "cli", *args], env={**self.env, **(env or {})},
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

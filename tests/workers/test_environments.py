@@ -9,15 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from app.environment_policy import PinError, normalize_name, validate_pins
 from workers import environments
-from workers.environments import (
-    PinError,
-    cache_key,
-    installed_versions,
-    materialize,
-    normalize_name,
-    validate_pins,
-)
+from workers.environments import cache_key, installed_versions, materialize
 
 ALLOW = ["onnxruntime", "torch", "torch-tensorrt", "six", "numpy"]
 
@@ -148,7 +142,8 @@ def test_cache_key_ignores_order_and_is_stable() -> None:
     assert a == b
     # the same inputs give the same key in a fresh interpreter (no hash randomisation)
     code = (
-        "from workers.environments import cache_key, validate_pins;"
+        "from app.environment_policy import validate_pins;"
+        "from workers.environments import cache_key;"
         "print(cache_key(validate_pins(['torch==2.7.0','onnxruntime==1.22.0'],"
         "['torch','onnxruntime'])))"
     )

@@ -19,12 +19,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.config import Settings
+from app.environment_policy import PinError
 from app.main import create_app
 from app.models import Cell, Run
 from tests.app.factories import bearer, run_request
 from tests.workers.helpers import new_run, reload_run
 from tests.workers.test_environments import MALICIOUS
-from workers.environments import EnvironmentBuildError, PinError, materialize
+from workers.environments import EnvironmentBuildError, materialize
 from workers.local import get_local_executor
 from workers.tasks import execute_cell
 

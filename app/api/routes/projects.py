@@ -12,10 +12,11 @@ from fastapi import APIRouter, Path
 
 from app.api.deps import AdminToken, ReadAccess, SessionDep
 from app.api.presenters import error_responses
+from app.detection.policy import DetectionPolicy
 from app.models import Project
 from app.schemas import DetectionPolicyPublic
 from app.services import policy as service
-from app.services.detection import DetectionPolicy, project_policy
+from app.services.policy import project_policy
 
 router = APIRouter(prefix="/api/v1/projects", tags=["projects"])
 

@@ -26,7 +26,7 @@ def worker(
     hostname: str = typer.Option("", "--hostname", "-n", help="Worker node name."),
 ) -> None:
     """Start a Celery worker that runs benchmark cells from the given queues."""
-    from app.cli_service import settings_or_exit
+    from cli.service import settings_or_exit
 
     # Before importing the Celery app, which reads the settings too: insecure production
     # settings end here with one line instead of a traceback.
@@ -60,7 +60,7 @@ def beat(
     import os
     import tempfile
 
-    from app.cli_service import settings_or_exit
+    from cli.service import settings_or_exit
 
     settings_or_exit()
     from workers.celery_app import celery_app

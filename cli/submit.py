@@ -1,10 +1,10 @@
 """`speedwatch submit` (the CI client) and `speedwatch demo` (the embedded default, one command).
 
-`submit` talks to a server over HTTP only, so CI needs nothing but this package and a token.
-Exit codes are the contract with CI: 0 pass, 1 regression, 2 error (a failed cell, a
-refused request, a server that cannot be reached, a timeout), 3 inconclusive (a comparison
-the cells could not decide within their timing budget: re-run or measure longer), always
-with a one-line reason on stderr, never a traceback.
+`submit` talks to a server over HTTP only (cli.client), so CI needs nothing but this
+package and a token. Exit codes are the contract with CI: 0 pass, 1 regression, 2 error (a
+failed cell, a refused request, a server that cannot be reached, a timeout), 3 inconclusive
+(a comparison the cells could not decide within their timing budget: re-run or measure
+longer), always with a one-line reason on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from typing import Any
 
 import typer
 
-EXIT_PASS = 0
-EXIT_REGRESSION = 1
-EXIT_ERROR = 2
-EXIT_INCONCLUSIVE = 3
-FINISHED = ("done", "failed")
-
-
-class ClientError(Exception):
-    """Something the user must fix or retry; the message is the one line CI shows."""
+from cli.client import (
+    EXIT_ERROR,
+    EXIT_PASS,
+    Api,
+    ClientError,
+    exit_code_for,
+    print_run,
+    wait_for_run,
+)
 
 
 def register(cli: typer.Typer) -> None:
@@ -99,199 +99,6 @@ def run_request(
     if branch:
         body["branch"] = branch
     return body
-
-
-# ---- HTTP ----------------------------------------------------------------------------------
-
-class Api:
-    """The few calls the client makes; every failure becomes a ClientError with one line."""
-
-    def __init__(self, url: str, token: str | None, timeout_s: float = 30.0) -> None:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.base = url.rstrip("/")
-        self._client = httpx.Client(base_url=self.base, headers=headers, timeout=timeout_s)
-
-    def close(self) -> None:
-        self._client.close()
-
-    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        import httpx
-
-        try:
-            response = self._client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ClientError(
-                f"cannot reach {self.base}: {type(exc).__name__}: {exc}".strip()
-            ) from None
-        if response.status_code >= 400:
-            raise ClientError(f"HTTP {response.status_code} from {method} {path}: "
-                              f"{_error_text(response)}")
-        try:
-            data = response.json()
-        except ValueError:
-            raise ClientError(f"{method} {path}: the server did not answer JSON") from None
-        if not isinstance(data, dict):
-            raise ClientError(f"{method} {path}: unexpected answer {str(data)[:100]}")
-        return data
-
-    def trigger(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._call("POST", "/api/v1/runs", json=body, headers=headers)
-
-    def run(self, run_id: int) -> dict[str, Any]:
-        return self._call("GET", f"/api/v1/runs/{run_id}")
-
-
-def _error_text(response: Any) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return (response.text or response.reason_phrase or "").strip().splitlines()[0][:300] \
-            if (response.text or response.reason_phrase) else "no message"
-    if isinstance(data, dict):
-        detail = str(data.get("detail", "")) if not isinstance(data.get("detail"), list) \
-            else "; ".join(str(d.get("msg", d)) for d in data["detail"])
-        errors = data.get("errors") or []
-        parts = [f"{e.get('field')}: {e.get('message')}" for e in errors if isinstance(e, dict)]
-        return "; ".join(p for p in [detail, *parts] if p)[:500] or "no message"
-    return str(data)[:300]
-
-
-# ---- waiting and reporting -----------------------------------------------------------------
-
-def exit_code_for(run: dict[str, Any]) -> int:
-    verdict = run.get("verdict")
-    if verdict == "pass":
-        return EXIT_PASS
-    if verdict == "regression":
-        return EXIT_REGRESSION
-    if verdict == "inconclusive":
-        return EXIT_INCONCLUSIVE
-    return EXIT_ERROR
-
-
-def _finished_count(progress: dict[str, Any]) -> int:
-    return int(progress.get("done", 0)) + int(progress.get("failed", 0)) + \
-        int(progress.get("skipped", 0))
-
-
-def wait_for_run(
-    api: Api, run: dict[str, Any], *, timeout_s: float, poll_s: float, quiet: bool = False,
-) -> dict[str, Any]:
-    """Poll until the run finishes, showing cells finished out of total; ClientError on timeout.
-
-    A few failed polls in a row are tolerated (a server restarting under CI); more are not.
-    """
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    console = Console(stderr=True)
-    deadline = time.monotonic() + timeout_s
-    failures = 0
-    last_line = ""
-    progress_bar = Progress(
-        TextColumn("run {task.fields[run_id]} [bold]{task.fields[status]}[/]"),
-        BarColumn(), MofNCompleteColumn(), TextColumn("cells"), TimeElapsedColumn(),
-        console=console, disable=quiet,
-    )
-    with progress_bar:
-        p = run.get("progress", {})
-        task = progress_bar.add_task("run", total=p.get("total") or None,
-                                     completed=_finished_count(p), run_id=run["id"],
-                                     status=run["status"])
-        while run["status"] not in FINISHED:
-            if time.monotonic() >= deadline:
-                p = run.get("progress", {})
-                raise ClientError(
-                    f"timed out after {timeout_s:g} s waiting for run {run['id']} "
-                    f"(status {run['status']}, {_finished_count(p)}/{p.get('total', '?')} "
-                    "cells finished)"
-                )
-            time.sleep(poll_s)
-            try:
-                run = api.run(int(run["id"]))
-                failures = 0
-            except ClientError:
-                failures += 1
-                if failures >= 5:
-                    raise
-                continue
-            p = run.get("progress", {})
-            progress_bar.update(task, total=p.get("total") or None,
-                                completed=_finished_count(p), status=run["status"])
-            line = f"run {run['id']} {run['status']}: {_finished_count(p)}/{p.get('total')} cells"
-            if not console.is_terminal and not quiet and line != last_line:
-                console.print(line)  # a CI log gets a line per change instead of a bar
-                last_line = line
-    return run
-
-
-def print_run(run: dict[str, Any], url: str | None = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)  # a log file has no width; keep series keys whole
-    table = Table(title=f"run {run['id']}: {run.get('project')} @ {run.get('revision')}")
-    for column in ("series", "status", "speedup [95% CI]", "eager ms", "candidate ms",
-                   "accuracy", "verdict", "timing"):
-        table.add_column(column, justify="right" if "ms" in column or "speedup" in column
-                         else "left")
-    for cell in run.get("cells", []):
-        r = cell.get("result") or {}
-        if r.get("speedup") is not None:
-            speedup = f"{r['speedup']:.2f}x [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
-        else:
-            speedup = "-"
-        accuracy = {True: "ok", False: "FAILED", None: "-"}[r.get("accuracy_passed")]
-        status = cell["status"]
-        if cell.get("error") and status != "done":
-            status += f": {cell['error'][:80]}"
-        judgement = cell.get("judgement") or {}
-        cell_verdict = judgement.get("verdict") or "-"
-        if judgement.get("suspect") and cell_verdict != "regression":
-            cell_verdict += " (suspect)"
-        table.add_row(
-            cell["series_key"], status, speedup,
-            _ms(r.get("baseline_median_ms")), _ms(r.get("candidate_median_ms")), accuracy,
-            cell_verdict, _timing_text(r),
-        )
-    console.print(table)
-    verdict = run.get("verdict") or "none"
-    console.print(f"status: {run['status']}   verdict: [bold]{verdict}[/]")
-    for reason in run.get("reasons") or []:
-        console.print(f"  - {reason}")
-    if url:
-        console.print(f"results: {url}")
-
-
-def _timing_text(result: dict[str, Any]) -> str:
-    """'graphs, 3 proc, 6.1 s' : how the cell was timed and how long deciding took."""
-    evidence = result.get("evidence") or {}
-    timing = evidence.get("timing") or {}
-    adaptive = evidence.get("adaptive") or {}
-    parts = []
-    if timing.get("mode"):
-        parts.append(str(timing["mode"]))
-    if adaptive.get("processes"):
-        parts.append(f"{adaptive['processes']} proc")
-    seconds = adaptive.get("timing_seconds", timing.get("timing_seconds"))
-    if isinstance(seconds, (int, float)):
-        parts.append(f"{seconds:.1f} s")
-    return ", ".join(parts) or "-"
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
 
 
 def _fail(message: str) -> typer.Exit:

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import typer
 
-from app.cli_client import EXIT_ERROR, Api, ClientError
+from cli.client import EXIT_ERROR, Api, ClientError
 
 policy_cli = typer.Typer(help="Read or change a project's detection policy.",
                          no_args_is_help=True)

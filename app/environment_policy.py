@@ -1,0 +1,118 @@
+"""What an environment under test may contain: exact pins from an allowlist, or a named
+interpreter a worker was configured with. The one policy both sides apply.
+
+A trigger comes from CI over HTTP, so its pins are untrusted. The API refuses a bad pin
+with a 422 (app.services.common.canonical_environment) and the worker refuses it again
+before any process starts (workers.environments.materialize); both call `validate_pins`
+here, so they refuse exactly the same things and a pin accepted by the API can always be
+installed by a worker. `validate_pins` accepts exactly `name==version` with the name on an
+allowlist and refuses everything pip would read as an option, a URL, a path, an extra or a
+marker: a narrow language accepted, instead of every dangerous one recognised.
+
+A named interpreter is checked where it runs: only a worker knows which interpreters it
+has (`settings.interpreters`), so `named_interpreter` is the worker's check.
+
+Plain functions of their arguments: no store, no settings lookup, no process started.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+MAX_PINS = 32
+MAX_PIN_LENGTH = 120
+
+# A distribution name as PEP 508 allows it (letters, digits, and . _ - inside), ASCII only.
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+# A PEP 440 version without epochs or wildcards: release, pre, post, dev, local label.
+_VERSION = (
+    r"[0-9]+(?:\.[0-9]+)*"
+    r"(?:(?:a|b|rc)[0-9]+)?"
+    r"(?:\.post[0-9]+)?"
+    r"(?:\.dev[0-9]+)?"
+    r"(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?"
+)
+PIN_RE = re.compile(rf"(?P<name>{_NAME})==(?P<version>{_VERSION})", re.ASCII)
+_SHELL_METACHARACTERS = set("$`|&;<>()*?!{}\\'\"#~%^")
+
+
+class PinError(ValueError):
+    """A requested pin that will not be installed; the message names the pin and why."""
+
+
+class InterpreterError(ValueError):
+    """A named interpreter this worker cannot run; the message says which ones it has."""
+
+
+def normalize_name(name: str) -> str:
+    """PEP 503 normalisation: `Torch_TensorRT` and `torch-tensorrt` are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _refusal(pin: str) -> str:
+    """The most specific reason a pin is not `name==version`, for the error message."""
+    if pin.startswith("-"):
+        return "pip options (-e, -i, --index-url, --extra-index-url, ...) are not allowed"
+    if "://" in pin or pin.startswith(("/", ".", "~")) or "/" in pin or "@" in pin:
+        return "URLs and paths are not allowed"
+    if "[" in pin or "]" in pin:
+        return "extras ([...]) are not allowed"
+    if ";" in pin:
+        return "environment markers (;) are not allowed"
+    if any(c.isspace() for c in pin):
+        return "whitespace is not allowed"
+    if "==" not in pin or re.search(r"[<>~!]|===|\*", pin):
+        return "only exact pins name==version are allowed (no ranges or wildcards)"
+    if any(c in _SHELL_METACHARACTERS for c in pin):
+        return "shell metacharacters are not allowed"
+    return "must be name==version with a plain release version such as 1.22.0"
+
+
+def validate_pins(pins: Sequence[str], allowlist: Iterable[str]) -> list[str]:
+    """Return the pins normalised (`name==version`, name PEP 503) and sorted, or raise PinError.
+
+    Only this function decides what reaches pip, so it accepts a narrow language instead of
+    trying to recognise every dangerous one.
+    """
+    if isinstance(pins, str):
+        raise PinError("environment pins: expected a list of strings, got one string")
+    if len(pins) > MAX_PINS:
+        raise PinError(f"environment pins: at most {MAX_PINS} pins, got {len(pins)}")
+    allowed = {normalize_name(a) for a in allowlist}
+    seen: dict[str, str] = {}
+    for pin in pins:
+        if not isinstance(pin, str):
+            raise PinError(f"pin {pin!r}: expected a string")
+        if len(pin) > MAX_PIN_LENGTH:
+            raise PinError(f"pin {pin[:40]!r}...: longer than {MAX_PIN_LENGTH} characters")
+        match = PIN_RE.fullmatch(pin)
+        if match is None:
+            raise PinError(f"pin {pin!r}: {_refusal(pin)}")
+        name = normalize_name(match["name"])
+        if name not in allowed:
+            listed = ", ".join(sorted(allowed)) or "nothing (set SPEEDWATCH_ENV_ALLOWLIST)"
+            raise PinError(f"pin {pin!r}: {name!r} is not on the allowlist ({listed})")
+        version = match["version"]
+        if name in seen and seen[name] != version:
+            raise PinError(f"pin {pin!r}: {name} is pinned twice ({seen[name]} and {version})")
+        seen[name] = version
+    return [f"{n}=={v}" for n, v in sorted(seen.items())]
+
+
+def named_interpreter(
+    interpreter: str, pins: Sequence[str], interpreters: Mapping[str, str]
+) -> str:
+    """The python path of a configured interpreter, or raise InterpreterError.
+
+    An environment is either pins or an interpreter, never both: pins are installed into a
+    venv of the worker's own interpreter, and a named interpreter is used as it is.
+    """
+    if interpreter not in interpreters:
+        raise InterpreterError(
+            f"interpreter {interpreter!r} is not configured on this worker "
+            f"(known: {', '.join(sorted(interpreters)) or 'none'}; see SPEEDWATCH_INTERPRETERS)"
+        )
+    if pins:
+        raise InterpreterError("an environment is either pins or an interpreter")
+    return interpreters[interpreter]

@@ -1,0 +1,169 @@
+"""Matrices of specs measured here, without the service: built from comma lists, run one
+after another, shown as a table (what `speedwatch bench`, in cli.bench, is made of).
+
+Comma-separated values of model, backend, weights, precision, batch and shape form a cross
+product, one validated spec per combination (`build_matrix`; BadInput names the first
+problem). `run_matrix` measures each spec in its own child process by default (isolated):
+a crash costs one row, and torch.compile variants do not share dynamo's cache within one
+process; isolated specs are measured adaptively over processes, so each result's CI
+includes the between-process variance (benchmarks.stats.combine_processes).
+`render_table` is the summary a person reads; `failed` says which results fail a run.
+
+torch and rich are imported inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.result import BenchResult
+    from benchmarks.spec import BenchSpec
+
+
+class BadInput(ValueError):
+    """A command line that names no valid matrix; the message is the one line shown."""
+
+
+def _split(value: str, name: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise BadInput(f"--{name}: needs at least one value")
+    return list(dict.fromkeys(items))  # de-duplicate, keep order
+
+
+def _ints(value: str, name: str) -> list[int]:
+    out = []
+    for item in _split(value, name):
+        try:
+            out.append(int(item))
+        except ValueError:
+            raise BadInput(f"--{name}: {item!r} is not an integer") from None
+    return out
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """key=value pairs; values that parse as JSON (numbers, true/false, lists) keep that type."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"--option: {pair!r} is not key=value")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def build_matrix(
+    *,
+    models: str,
+    backends: str,
+    weights: str,
+    precisions: str,
+    batches: str,
+    shapes: str,
+    base: BenchSpec,
+) -> list[BenchSpec]:
+    """The cross product of the comma lists, each spec validated (BadInput names the first)."""
+    from benchmarks.spec import SpecError
+
+    specs = []
+    for model, backend, weight, precision, batch, shape in itertools.product(
+        _split(models, "model"), _split(backends, "backend"), _split(weights, "weights"),
+        _split(precisions, "precision"), _ints(batches, "batch"), _split(shapes, "shape"),
+    ):
+        spec = replace(base, model=model, backend=backend, weights=weight, precision=precision,
+                       batch_size=batch, shape_mode=shape)
+        try:
+            specs.append(spec.validate())
+        except SpecError as exc:
+            raise BadInput(str(exc)) from None
+    return specs
+
+
+def _fmt_ms(summary: Any) -> str:
+    return f"{summary.median_ms:.3f}" if summary is not None else "-"
+
+
+def _evidence_line(result: BenchResult) -> str:
+    ev = result.evidence
+    parts = []
+    kpi = ev.get("kernels_per_inference")
+    if isinstance(kpi, dict):
+        parts.append(f"kernels {kpi.get('baseline', 0):.0f}->{kpi.get('candidate', 0):.0f}")
+    for key in ("onnx_node_counts", "optimized_node_counts"):
+        counts = ev.get(key)
+        if isinstance(counts, dict) and counts and all(isinstance(v, int) for v in counts.values()):
+            parts.append(f"nodes {sum(counts.values())}")
+            break
+    for key, label in (("inductor_kernels", "inductor kernels"),
+                       ("trt_layer_count", "trt layers"), ("graph_breaks", "graph breaks")):
+        if isinstance(ev.get(key), (int, float)):
+            parts.append(f"{label} {ev[key]}")
+    if result.compile_seconds is not None:
+        parts.append(f"compile {result.compile_seconds:.1f}s")
+    return ", ".join(parts)
+
+
+def failed(result: BenchResult) -> bool:
+    return result.status == "failed" or (
+        result.accuracy is not None and not result.accuracy.passed
+    )
+
+
+def render_table(results: list[BenchResult]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="speedwatch bench", show_lines=False)
+    for col, justify in (("series", "left"), ("status", "left"), ("baseline ms", "right"),
+                         ("candidate ms", "right"), ("speedup [95% CI]", "right"),
+                         ("accuracy (rel L2)", "right"), ("evidence / reason", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    styles = {"ok": "green", "skipped": "yellow", "failed": "red"}
+    for r in results:
+        speed = (f"{r.speedup.value:.3f}x [{r.speedup.ci_low:.3f}, {r.speedup.ci_high:.3f}]"
+                 if r.speedup else "-")
+        acc = "-"
+        if r.accuracy is not None:
+            mark = "ok" if r.accuracy.passed else "FAIL"
+            acc = f"{r.accuracy.rel_l2:.1e} {mark}"
+        detail = r.reason if r.status != "ok" else _evidence_line(r)
+        if r.status == "ok" and r.reason:
+            detail = f"{r.reason}; {detail}"
+        table.add_row(r.series_key, f"[{styles[r.status]}]{r.status}[/]", _fmt_ms(r.baseline),
+                      _fmt_ms(r.candidate), speed, acc, detail or "")
+    return table
+
+
+def run_matrix(specs: list[BenchSpec], *, isolate: bool, timeout_s: float,
+               threshold: float = 0.03) -> list[BenchResult]:
+    """Run specs one after another under a progress bar (on stderr, so stdout stays clean).
+
+    Isolated specs are measured adaptively: with no baseline to compare with here, a spec
+    is decided once its CI half-width is at most half of `threshold` (precise enough to
+    judge the next run at it), or its process limit or budget is reached."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from benchmarks.isolation import run_adaptive
+    from benchmarks.runner import run_spec
+    from benchmarks.stats import Reference
+
+    results: list[BenchResult] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("bench", total=len(specs))
+        for spec in specs:
+            progress.update(task, description=spec.series_key(spec.device))
+            result = (run_adaptive(spec, reference_for=lambda _first: Reference(threshold),
+                                   timeout_s=timeout_s) if isolate else run_spec(spec))
+            results.append(result)
+            progress.advance(task)
+        progress.update(task, description="done")
+    return results
