@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -19,6 +20,22 @@ Status = Literal["ok", "failed", "skipped"]
 
 class ResultError(ValueError):
     """A result document that cannot be trusted; the message names the problem."""
+
+
+def timing_mode_of(evidence: Mapping[str, Any]) -> str | None:
+    """The timing mode a result's evidence records: `timing.mode` (set by the runner, the
+    actual mode after any fallback), or for older documents "graphs" when both sides were
+    graphed per `timing.cuda_graphs`; None when the evidence does not say."""
+    timing = evidence.get("timing")
+    if not isinstance(timing, Mapping):
+        return None
+    mode = timing.get("mode")
+    if mode in ("graphs", "nographs"):
+        return str(mode)
+    graphs = timing.get("cuda_graphs")
+    if isinstance(graphs, Mapping) and graphs:
+        return "graphs" if all(v is True for v in graphs.values()) else "nographs"
+    return None
 
 
 @dataclass
@@ -87,18 +104,12 @@ class BenchResult:
     def timing_mode(self) -> str:
         """"graphs" or "nographs": what the result was timed with.
 
-        `evidence.timing.mode` (set by the runner, the actual mode after any fallback);
-        for older documents, both sides graphed per `evidence.timing.cuda_graphs`; for a
-        result that never reached timing, what its spec asked for.
+        `evidence.timing` when it says (`timing_mode_of`); for a result that never reached
+        timing, what its spec asked for.
         """
-        timing = self.evidence.get("timing") if isinstance(self.evidence, dict) else None
-        if isinstance(timing, dict):
-            mode = timing.get("mode")
-            if mode in ("graphs", "nographs"):
-                return str(mode)
-            graphs = timing.get("cuda_graphs")
-            if isinstance(graphs, dict) and graphs:
-                return "graphs" if all(v is True for v in graphs.values()) else "nographs"
+        recorded = timing_mode_of(self.evidence if isinstance(self.evidence, dict) else {})
+        if recorded is not None:
+            return recorded
         spec = self.spec if isinstance(self.spec, dict) else {}
         policy = spec.get("timing")
         policy = policy if isinstance(policy, dict) else {}

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.result import BenchResult
+from benchmarks.result import BenchResult, timing_mode_of
 
 Document = BenchResult | Mapping[str, Any]
 
@@ -169,19 +169,6 @@ def _environment_changes(before: Mapping[str, Any], after: Mapping[str, Any]) ->
 _CLOCK_RELATIVE = 0.05
 
 
-def _timing_mode(evidence: Mapping[str, Any]) -> str | None:
-    timing = evidence.get("timing")
-    if not isinstance(timing, Mapping):
-        return None
-    mode = timing.get("mode")
-    if mode in ("graphs", "nographs"):
-        return str(mode)
-    graphs = timing.get("cuda_graphs")
-    if isinstance(graphs, Mapping) and graphs:
-        return "graphs" if all(v is True for v in graphs.values()) else "nographs"
-    return None
-
-
 def _threads(doc: Document) -> Any:
     spec = _get(doc, "spec") or {}
     options = spec.get("options") if isinstance(spec, Mapping) else None
@@ -217,7 +204,7 @@ def _condition_changes(before: Document, after: Document) -> list[EvidenceChange
     axes of its key), but a comparison of two runs, or of a re-measure, may cross them."""
     out: list[EvidenceChange] = []
     eb, ea = _get(before, "evidence") or {}, _get(after, "evidence") or {}
-    mb, ma = _timing_mode(eb), _timing_mode(ea)
+    mb, ma = timing_mode_of(eb), timing_mode_of(ea)
     if mb != ma and (mb or ma):
         fallback = ea.get("cuda_graphs_fallback") if isinstance(ea, Mapping) else None
         out.append(EvidenceChange("timing mode", _fmt(mb), _fmt(ma),

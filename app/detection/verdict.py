@@ -212,6 +212,11 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
+def _check_threshold(threshold: float) -> None:
+    if not 0 <= threshold < 1:
+        raise VerdictError(f"threshold: {threshold} must be in [0, 1)")
+
+
 def _classify(est: RatioEstimate, threshold: float, confidence: float,
               baseline_description: str) -> CellVerdict:
     words = (
@@ -247,8 +252,7 @@ def judge_samples(
     seed: int = 0,
 ) -> CellVerdict:
     """Verdict on raw per-round latencies (one process each): see the module docstring."""
-    if not 0 <= threshold < 1:
-        raise VerdictError(f"threshold: {threshold} must be in [0, 1)")
+    _check_threshold(threshold)
     est = speedup_ratio_ci(new_eager, new_candidate, baseline, confidence=confidence,
                            resamples=resamples, seed=seed)
     return _classify(est, threshold, confidence, baseline_description)
@@ -262,8 +266,7 @@ def judge_intervals(
     baseline_description: str = "the baseline",
 ) -> CellVerdict:
     """Verdict from two results' own intervals (multi-process results): module docstring."""
-    if not 0 <= threshold < 1:
-        raise VerdictError(f"threshold: {threshold} must be in [0, 1)")
+    _check_threshold(threshold)
     if isinstance(baseline, Speedup):
         reference = Reference(threshold, baseline.value, log_half_width(baseline))
     else:
