@@ -51,15 +51,17 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[int, str]]]:
 
 
 def measured_run(session: Session, settings: Settings, revision: str, speedup: float,
-                 environment: dict[str, Any]) -> Run:
-    """A triggered one-cell run whose cell measured `speedup`, finished and committed."""
+                 environment: dict[str, Any], half: float | None = None) -> Run:
+    """A triggered one-cell run whose cell measured `speedup`, finished and committed
+    (`half`: a multi-process result whose interval is +-half, see `loose`)."""
     run, _ = run_service.create_run(session, RunCreate.model_validate(run_request(
         revision=revision, environment=environment, matrix=ONE_CELL)), settings=settings)
     session.commit()
     cell = run.cells[0]
     spec = run_service.claim_cell(session, cell.id, settings=settings)
     assert spec is not None
-    run_service.record_result(session, cell.id, bench_result(spec, speedup=speedup))
+    document = bench_result(spec, speedup=speedup) if half is None else loose(spec, speedup, half)
+    run_service.record_result(session, cell.id, document)
     run_service.finish_run_if_complete(session, run.id, settings=settings)
     session.commit()
     session.refresh(run)
@@ -256,27 +258,12 @@ def loose(spec: BenchSpec, speedup: float, half: float) -> Any:
     return result
 
 
-def loose_run(session: Session, settings: Settings, revision: str, speedup: float,
-              half: float, environment: dict[str, Any]) -> Run:
-    run, _ = run_service.create_run(session, RunCreate.model_validate(run_request(
-        revision=revision, environment=environment, matrix=ONE_CELL)), settings=settings)
-    session.commit()
-    cell = run.cells[0]
-    spec = run_service.claim_cell(session, cell.id, settings=settings)
-    assert spec is not None
-    run_service.record_result(session, cell.id, loose(spec, speedup, half))
-    run_service.finish_run_if_complete(session, run.id, settings=settings)
-    session.commit()
-    session.refresh(run)
-    return run
-
-
 def test_an_undecided_large_drop_is_re_measured_and_never_a_plain_pass(
     session: Session, local: Settings, sent: list[tuple[int, str]]
 ) -> None:
-    loose_run(session, local, "v1", 2.0, 0.005, OLD_ENV)
+    measured_run(session, local, "v1", 2.0, OLD_ENV, half=0.005)
     # 5% down, but measured to +-8%: not decided, and past the threshold: suspect
-    run = loose_run(session, local, "v2", 1.9, 0.08, NEW_ENV)
+    run = measured_run(session, local, "v2", 1.9, NEW_ENV, half=0.08)
     assert (run.status, run.verdict) == ("running", None)
     assert run.reasons[0].startswith(
         f"{run.cells[0].series_key}: drop suspected: confirming (re-measure queued")
@@ -293,8 +280,8 @@ def test_an_undecided_large_drop_is_re_measured_and_never_a_plain_pass(
 def test_an_undecided_drop_whose_re_measure_is_undecided_too_is_inconclusive(
     session: Session, local: Settings, sent: list[tuple[int, str]]
 ) -> None:
-    loose_run(session, local, "v1", 2.0, 0.005, OLD_ENV)
-    run = loose_run(session, local, "v2", 1.9, 0.08, NEW_ENV)
+    measured_run(session, local, "v1", 2.0, OLD_ENV, half=0.005)
+    run = measured_run(session, local, "v2", 1.9, NEW_ENV, half=0.08)
     for side, confirm in confirm_runs(session, run).items():
         cell = confirm.cells[0]
         spec = run_service.claim_cell(session, cell.id, settings=local)
@@ -316,8 +303,8 @@ def test_an_undecided_drop_that_cannot_be_re_measured_is_inconclusive_with_the_r
     session: Session, settings: Settings
 ) -> None:
     none = settings.model_copy(update={"executor": "none"})
-    loose_run(session, none, "v1", 2.0, 0.005, OLD_ENV)
-    run = loose_run(session, none, "v2", 1.9, 0.08, NEW_ENV)
+    measured_run(session, none, "v1", 2.0, OLD_ENV, half=0.005)
+    run = measured_run(session, none, "v2", 1.9, NEW_ENV, half=0.08)
     assert (run.status, run.verdict) == ("done", "inconclusive")
     assert any("not re-measured: this server runs no cells" in r for r in run.reasons)
     assert regressions(session) == []
@@ -328,7 +315,7 @@ def test_a_small_drop_measured_too_loosely_is_inconclusive_not_a_pass(
 ) -> None:
     """1% down, +-6%: a 3% drop is not ruled out, and not suspected either."""
     none = settings.model_copy(update={"executor": "none"})
-    loose_run(session, none, "v1", 2.0, 0.005, OLD_ENV)
-    run = loose_run(session, none, "v2", 1.98, 0.06, NEW_ENV)
+    measured_run(session, none, "v1", 2.0, OLD_ENV, half=0.005)
+    run = measured_run(session, none, "v2", 1.98, NEW_ENV, half=0.06)
     assert run.verdict == "inconclusive"
     assert "uncertain: a drop beyond 3% is not ruled out" in run.reasons[0]

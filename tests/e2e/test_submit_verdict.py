@@ -49,15 +49,17 @@ def play_worker(settings: Settings, revision: str, speedup: float,
         time.sleep(0.1)
 
 
-def test_submit_wait_prints_the_reasons_and_exits_1_on_regression(
-    api_url: str, ci_token: str, settings: Settings
-) -> None:
+def submit_after_baseline(api_url: str, ci_token: str, settings: Settings, speedup: float,
+                          half_width: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Ingest a 2.0x baseline, then `submit --wait` a run whose cell a playing worker
+    records at `speedup` (see play_worker); returns the finished CLI process."""
     project, revision = f"cli-{secrets.token_hex(4)}", f"v2-{secrets.token_hex(4)}"
     baseline = body(measured(2.0, spec=tiny_spec(weights="constant")), "v1", project=project)
     posted = httpx.post(f"{api_url}/api/v1/results", json=baseline, headers=bearer(ci_token))
     assert posted.status_code == 201, posted.text
 
-    worker = threading.Thread(target=play_worker, args=(settings, revision, 1.6), daemon=True)
+    worker = threading.Thread(target=play_worker,
+                              args=(settings, revision, speedup, half_width), daemon=True)
     worker.start()
     proc = subprocess.run(
         [sys.executable, "-m", "cli", "submit", "--url", api_url, "--token", ci_token,
@@ -66,6 +68,13 @@ def test_submit_wait_prints_the_reasons_and_exits_1_on_regression(
          "--image-size", "32", "--wait", "--poll", "0.2", "--timeout", "60"],
         capture_output=True, text=True, timeout=90, check=False)
     worker.join(timeout=5)
+    return proc
+
+
+def test_submit_wait_prints_the_reasons_and_exits_1_on_regression(
+    api_url: str, ci_token: str, settings: Settings
+) -> None:
+    proc = submit_after_baseline(api_url, ci_token, settings, 1.6)
     assert proc.returncode == EXIT_REGRESSION, proc.stdout + proc.stderr
     assert "verdict: regression" in proc.stdout
     assert "speedup 2.00x -> 1.60x" in proc.stdout
@@ -78,21 +87,7 @@ def test_submit_wait_exits_3_when_the_comparison_is_inconclusive_and_says_why(
 ) -> None:
     """1% down, measured to +-6%: a 3% drop is not ruled out. Not a pass, not a
     regression: exit 3 with the reason, so CI can re-run or measure longer."""
-    project, revision = f"cli-{secrets.token_hex(4)}", f"v2-{secrets.token_hex(4)}"
-    baseline = body(measured(2.0, spec=tiny_spec(weights="constant")), "v1", project=project)
-    posted = httpx.post(f"{api_url}/api/v1/results", json=baseline, headers=bearer(ci_token))
-    assert posted.status_code == 201, posted.text
-
-    worker = threading.Thread(target=play_worker, args=(settings, revision, 1.98, 0.06),
-                              daemon=True)
-    worker.start()
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli", "submit", "--url", api_url, "--token", ci_token,
-         "--project", project, "--revision", revision, "--branch", "main", "--model", "resnet18",
-         "--backend", "onnxruntime", "--weights", "constant", "--width", "8",
-         "--image-size", "32", "--wait", "--poll", "0.2", "--timeout", "60"],
-        capture_output=True, text=True, timeout=90, check=False)
-    worker.join(timeout=5)
+    proc = submit_after_baseline(api_url, ci_token, settings, 1.98, half_width=0.06)
     assert proc.returncode == EXIT_INCONCLUSIVE, proc.stdout + proc.stderr
     assert "verdict: inconclusive" in proc.stdout
     assert "uncertain: a drop beyond 3% is not ruled out" in proc.stdout
