@@ -95,6 +95,10 @@ class TimingIn(StrictModel):
     budget_seconds: float | None = Field(
         default=None, ge=0, le=3_600, description="adaptive: stop adding processes once "
         "their timing seconds reach this (0: no budget)")
+    target_half_width: float | None = Field(
+        default=None, ge=0, lt=0.5, description="adaptive: a decided comparison stops only "
+        "once the speedup's CI half-width is at most this fraction too (default 0.003 on a "
+        "GPU, 0 = none on the CPU)")
     bootstrap_resamples: int | None = Field(default=None, ge=100, le=100_000)
     seed: int | None = Field(default=None, ge=0)
 
@@ -191,6 +195,8 @@ class CellSpecPublic(BaseModel):
     processes: int = Field(default=1, description="processes measured at least")
     max_processes: int = Field(default=0, description="adaptive: processes at most")
     budget_seconds: float = Field(default=0.0, description="adaptive: timing seconds at most")
+    target_half_width: float = Field(
+        default=0.0, description="adaptive: CI half-width a decided cell must reach too")
 
 
 class ResultSummaryPublic(PublicModel):

@@ -38,6 +38,7 @@ only, so a failure of a later process can be tested for real.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -188,7 +189,9 @@ def run_adaptive(
     Runs `spec.timing.processes` children (at least 1), then adds one at a time while the
     merged speedup does not settle its comparison with the reference (`stats.decide`),
     up to `timing.max_processes` and while the children's timing seconds stay under
-    `timing.budget_seconds` (0: no budget). `reference_for` is asked once, with the first
+    `timing.budget_seconds` (0: no budget). With `timing.target_half_width` > 0 a decided
+    comparison stops only once the speedup's CI half-width is that narrow too (the result
+    will be the next run's baseline). `reference_for` is asked once, with the first
     child's result (its series key names the device class the cell really ran on), for
     the baseline to decide against; None means "nothing to decide": exactly
     `timing.processes` children run. Its errors are not the measurement's: they are
@@ -245,7 +248,7 @@ def run_adaptive(
             return _failed(spec, f"merging {len(results)} processes: {exc}", "", started)
         if reference is not None and merged.speedup is not None:
             decision = stats.decide(merged.speedup, reference)
-            if decision.decided:
+            if decision.decided and _precise_enough(decision, policy.target_half_width):
                 stopped_by = "decided"
                 break
         if policy.budget_seconds > 0 and _timing_seconds(results) >= policy.budget_seconds:
@@ -263,9 +266,15 @@ def run_adaptive(
         "ratio": decision.ratio if decision else None,
         "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
         "log_half_width": decision.log_half if decision else None,
+        "target_half_width": policy.target_half_width or None,
         **({"reference_error": reference_error} if reference_error else {}),
     }
     return merged
+
+
+def _precise_enough(decision: stats.Decision, target_half_width: float) -> bool:
+    """Whether a decided comparison also meets the policy's width floor (0: none)."""
+    return target_half_width <= 0 or decision.log_half <= math.log1p(target_half_width)
 
 
 def _timing_seconds(results: list[BenchResult]) -> float:

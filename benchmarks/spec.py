@@ -60,6 +60,14 @@ class TimingPolicy:
     # reach `budget_seconds`. 0 = no more than `processes` / no budget.
     max_processes: int = 0
     budget_seconds: float = 0.0
+    # Adaptive: a decided comparison stops only once the speedup's own CI half-width is at
+    # most this fraction as well (0 = no such floor). Today's result is tomorrow's baseline,
+    # and a baseline's width adds (in quadrature) to every comparison made against it, so
+    # a cheap device (a GPU decides a 3% threshold after 3 processes) is asked for more.
+    target_half_width: float = 0.0
+
+
+GPU_TARGET_HALF_WIDTH = 0.003
 
 
 def default_timing(device: str) -> TimingPolicy:
@@ -71,12 +79,16 @@ def default_timing(device: str) -> TimingPolicy:
     interval's t quantile is 12.7 with 2, 4.3 with 3) of a few seconds each, and more are
     added until the comparison with its baseline is decided, within a budget.
     GPU: CUDA-graph replays, 2 s per process (3 processes decide a 3% threshold in about
-    6 s of timing on an H100); CPU: 3 s per process, at most 6 processes or 30 s of timing.
+    6 s of timing on an H100), and a decided cell also reaches a CI half-width of 0.3%
+    (`GPU_TARGET_HALF_WIDTH`: three H100 processes gave 0.02-0.18% in 7 of 8 cells, 0.45%
+    in one; a fourth process narrows the t interval by about a third). CPU: 3 s per
+    process, at most 6 processes or 30 s of timing, no width floor (this CPU's processes
+    differ by several percent: a floor would only spend the budget).
     """
     if device == "cuda":
         return TimingPolicy(warmup_iters=20, rounds=2000, iters_per_round=10, max_seconds=2.0,
                             min_rounds=5, cuda_graphs=True, processes=3, max_processes=8,
-                            budget_seconds=16.0)
+                            budget_seconds=16.0, target_half_width=GPU_TARGET_HALF_WIDTH)
     return TimingPolicy(warmup_iters=5, rounds=200, iters_per_round=5, max_seconds=3.0,
                         min_rounds=5, processes=3, max_processes=6, budget_seconds=30.0)
 
@@ -119,6 +131,9 @@ class BenchSpec:
         ]:
             if not isinstance(value, int) or not lo <= value <= hi:
                 raise SpecError(f"{name}: {value!r} must be an integer in [{lo}, {hi}]")
+        target = self.timing.target_half_width
+        if not isinstance(target, (int, float)) or not 0 <= target < 0.5:
+            raise SpecError(f"timing.target_half_width: {target!r} must be a number in [0, 0.5)")
         if self.weights == "refit" and self.backend not in ("tensorrt", "torch_tensorrt"):
             raise SpecError("weights: 'refit' exists only for the tensorrt backends")
         return self

@@ -72,6 +72,9 @@ def register(cli: typer.Typer) -> None:
         budget: float | None = typer.Option(
             None, min=0.0, help="Adaptive: stop adding processes once their timing seconds "
             "reach this (default 30 on CPU, 16 on GPU; 0: none)."),
+        target_half_width: float | None = typer.Option(
+            None, min=0.0, max=0.49, help="Adaptive: a decided spec stops only once its CI "
+            "half-width is at most this fraction too (default 0.003 on GPU, 0 on CPU)."),
         threshold: float = typer.Option(
             0.03, min=0.001, max=0.5, help="The regression threshold the measurement must "
             "be precise enough to judge at."),
@@ -89,6 +92,7 @@ def register(cli: typer.Typer) -> None:
                 "warmup_iters": warmup, "rounds": rounds, "iters_per_round": iters_per_round,
                 "max_seconds": max_seconds, "min_rounds": min_rounds, "processes": processes,
                 "max_processes": max_processes, "budget_seconds": budget,
+                "target_half_width": target_half_width,
             }
             policy = replace(default_timing(device),
                              **{k: v for k, v in given.items() if v is not None},

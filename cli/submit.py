@@ -147,6 +147,9 @@ def submit(
         "is decided, up to this many."),
     budget: float | None = typer.Option(
         None, help="Adaptive: timing seconds per cell at most (0: no budget)."),
+    target_half_width: float | None = typer.Option(
+        None, help="Adaptive: a decided cell stops only once its CI half-width is at most "
+        "this fraction too (server default 0.003 on a GPU, 0 on the CPU)."),
     idempotency_key: str | None = typer.Option(
         None, help="Same key = same run on retry (default: identical request = same run)."
     ),
@@ -169,7 +172,8 @@ def submit(
         matrix.timing = {"rounds": rounds, "iters_per_round": iters_per_round,
                          "warmup_iters": warmup, "cuda_graphs": cuda_graphs,
                          "max_seconds": max_seconds, "processes": processes,
-                         "max_processes": max_processes, "budget_seconds": budget}
+                         "max_processes": max_processes, "budget_seconds": budget,
+                         "target_half_width": target_half_width}
         if rounds is not None:
             matrix.timing["min_rounds"] = min(rounds, 5)
         body = run_request(project=project, revision=revision, branch=branch,
@@ -234,6 +238,9 @@ def demo(
     processes: int | None = typer.Option(None, help="Processes per cell at least (default 3)."),
     max_processes: int | None = typer.Option(None, help="Adaptive: processes at most."),
     budget: float | None = typer.Option(None, help="Adaptive: timing seconds per cell at most."),
+    target_half_width: float | None = typer.Option(
+        None, help="Adaptive: CI half-width a decided cell must reach too (default 0.003 "
+        "on a GPU, 0 on the CPU)."),
     exit_when_done: bool = typer.Option(
         False, "--exit-when-done", help="Stop serving once the run finished (scripts, tests)."
     ),
@@ -282,7 +289,7 @@ def demo(
                 "min_rounds": min(rounds, 5) if rounds is not None else None,
                 "cuda_graphs": cuda_graphs, "max_seconds": max_seconds,
                 "processes": processes, "max_processes": max_processes,
-                "budget_seconds": budget},
+                "budget_seconds": budget, "target_half_width": target_half_width},
     )
     body = run_request(project="demo", revision=f"demo-{time.strftime('%Y%m%d-%H%M%S')}",
                        branch=None, pins=[], interpreter=None, matrix=matrix, trigger="demo")

@@ -119,6 +119,8 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8790)
     parser.add_argument("--skip-demo", action="store_true",
                         help="run 1 through submit too (demo needs a free port)")
+    parser.add_argument("--skip-custom-op", action="store_true",
+                        help="runs 1 and 2 only (precision and agreement, no regression run)")
     args = parser.parse_args()
 
     out: Path = args.out
@@ -181,6 +183,8 @@ def main() -> int:
         plan = [("2-same-env", ["--revision", "same-env", "--weights", "constant,tensor"]),
                 ("3-custom-op", ["--revision", "custom-op", "--weights", "constant",
                                  "--interpreter", "pipeline-customop"])]
+        if args.skip_custom_op:
+            plan = plan[:1]
         if args.skip_demo:
             plan.insert(0, ("1-first", ["--revision", "first", "--weights", "constant,tensor"]))
         for name, extra in plan:

@@ -389,10 +389,18 @@ def measurement_notes(result: BenchResult) -> list[str]:
     if isinstance(adaptive, Mapping) and adaptive.get("processes"):
         k, seconds = adaptive.get("processes"), adaptive.get("timing_seconds") or 0.0
         stopped = adaptive.get("stopped_by")
+        limit = "timing budget" if stopped == "budget" else "process limit"
+        decided_wide = (adaptive.get("outcome") not in (None, "undecided")
+                        and isinstance(adaptive.get("target_half_width"), (int, float))
+                        and isinstance(adaptive.get("log_half_width"), (int, float)))
         how = (f"decided after {k} processes ({seconds:.1f} s of timing)"
                if stopped == "decided" else
+               f"decided, but the CI half-width {math.expm1(adaptive['log_half_width']):.2%} "
+               f"is above the {adaptive['target_half_width']:.2%} target: stopped at {k} "
+               f"processes ({seconds:.1f} s of timing) by the {limit}"
+               if decided_wide and stopped in ("budget", "max_processes") else
                f"not decided: stopped at {k} processes ({seconds:.1f} s of timing) by the "
-               f"{'timing budget' if stopped == 'budget' else 'process limit'}"
+               f"{limit}"
                if stopped in ("budget", "max_processes") else
                f"measured in {k} processes ({seconds:.1f} s of timing)")
         notes.append(f"measurement: {how}")

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.isolation import run_adaptive
 from benchmarks.result import BenchResult, Speedup
-from benchmarks.spec import BenchSpec, default_timing
+from benchmarks.spec import BenchSpec, SpecError, default_timing
 from benchmarks.stats import PROCESSES_METHOD, Reference, StatsError, decide, ratio_interval
 
 SpecFactory = Callable[..., BenchSpec]
@@ -65,11 +65,23 @@ def test_defaults_are_adaptive_over_processes_and_graphs_on_a_gpu() -> None:
     assert gpu.budget_seconds > 0 and cpu.budget_seconds > 0
 
 
+def test_a_gpu_cell_is_also_asked_for_a_narrow_interval_and_a_cpu_cell_is_not() -> None:
+    assert 0 < default_timing("cuda").target_half_width <= 0.003
+    assert default_timing("cpu").target_half_width == 0
+
+
+def test_a_width_target_outside_0_to_half_is_refused() -> None:
+    spec = BenchSpec(timing=replace(default_timing("cpu"), target_half_width=0.7))
+    with pytest.raises(SpecError, match="timing.target_half_width"):
+        spec.validate()
+
+
 def adaptive_spec(tiny_spec: SpecFactory, processes: int, max_processes: int,
-                  budget: float = 0.0) -> BenchSpec:
+                  budget: float = 0.0, target: float = 0.0) -> BenchSpec:
     spec = tiny_spec()
     return replace(spec, timing=replace(spec.timing, processes=processes,
-                                        max_processes=max_processes, budget_seconds=budget))
+                                        max_processes=max_processes, budget_seconds=budget,
+                                        target_half_width=target))
 
 
 @pytest.mark.slow
@@ -91,6 +103,24 @@ def test_a_decided_comparison_stops_at_the_minimum_processes(tiny_spec: SpecFact
     assert result.speedup is not None and result.speedup.method == PROCESSES_METHOD
     assert adaptive["timing_seconds"] == pytest.approx(
         sum(p["timing_seconds"] for p in result.evidence["processes"]))
+
+
+@pytest.mark.slow
+def test_a_decided_comparison_wider_than_the_target_goes_on(tiny_spec: SpecFactory) -> None:
+    """Decided after 2 processes (as above), but a target width no interval of tiny
+    processes reaches keeps it measuring to the process limit; the verdict's note says it
+    was decided, and by how much the width missed."""
+    from app.detection.verdict import measurement_notes
+
+    result = run_adaptive(adaptive_spec(tiny_spec, 2, 3, target=1e-9),
+                          reference_for=lambda _: Reference(0.9, 1.0, 0.0), timeout_s=300)
+    assert result.status == "ok", (result.reason, result.stderr_tail)
+    adaptive = result.evidence["adaptive"]
+    assert (adaptive["outcome"], adaptive["stopped_by"], adaptive["processes"]) == (
+        "pass", "max_processes", 3)
+    assert adaptive["target_half_width"] == 1e-9
+    note = " ".join(measurement_notes(result))
+    assert "decided, but the CI half-width" in note and "process limit" in note
 
 
 @pytest.mark.slow
