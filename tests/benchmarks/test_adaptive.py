@@ -72,7 +72,7 @@ def test_a_gpu_cell_is_also_asked_for_a_narrow_interval_and_a_cpu_cell_is_not() 
 
 def test_a_width_target_outside_0_to_half_is_refused() -> None:
     spec = BenchSpec(timing=replace(default_timing("cpu"), target_half_width=0.7))
-    with pytest.raises(SpecError, match="timing.target_half_width"):
+    with pytest.raises(SpecError, match=r"timing\.target_half_width"):
         spec.validate()
 
 
