@@ -20,8 +20,8 @@ seed `timing.seed + j`, and the K results are merged into ONE result (`merge_pro
   Summaries are of the pooled samples; the speedup is `stats.combine_processes`, whose CI
   includes the between-process variance.
 - evidence: process 1's, plus `processes` (one entry per process: its own speedup and CI,
-  rounds, timing and compile seconds, medians) and `ci_method`; `evidence.timing.rounds` and
-  `timing_seconds` are totals over the processes.
+  rounds, timing and compile seconds, medians, start and end) and `ci_method`;
+  `evidence.timing.rounds` and `timing_seconds` are totals over the processes.
 - compile_seconds: process 1's. Later processes may hit compile caches on disk warmed by
   the first, so theirs is not the cost a single run pays; all are in `evidence.processes`.
 - peak memory: the maximum per phase; accuracy: the process with the largest error.
@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -202,74 +202,164 @@ def run_adaptive(
     "max_processes", "budget"), the processes and timing seconds it took, the reference
     and the ratio's interval. Failures end the cell as in `run_isolated`.
     """
-    policy = spec.timing
-    k_min = max(1, policy.processes)
-    k_max = max(k_min, policy.max_processes)
-    started = time.monotonic()
-    try:
-        spec.validate()
-    except SpecError as exc:
-        return _failed(spec, f"invalid spec: {exc}", "", started)
-    results: list[BenchResult] = []
-    reference: stats.Reference | None = None
-    reference_error: str | None = None
-    merged: BenchResult | None = None
-    decision: stats.Decision | None = None
-    stopped_by = "max_processes"
-    j = -1
-    while j + 1 < k_max:
-        j += 1
-        one = _run_one(process_spec(spec, j), timeout_s=timeout_s, python=python, env=env,
-                       cwd=cwd)
+    measurement = AdaptiveMeasurement(spec, reference_for=reference_for, timeout_s=timeout_s,
+                                      python=python, env=env, cwd=cwd)
+    while not measurement.done:
+        measurement.step()
         if after_each is not None:
             after_each()
+    return measurement.result()
+
+
+class AdaptiveMeasurement:
+    """`run_adaptive` one child process at a time, so that several cells can take turns.
+
+    `step()` runs the next child and updates the decision; `done` says whether another
+    child is wanted; `result()` is what `run_adaptive` returns. Between steps nothing
+    runs, so a caller may interleave the steps of many measurements
+    (`run_adaptive_interleaved`).
+    """
+
+    def __init__(self, spec: BenchSpec, *, reference_for: ReferenceFor, timeout_s: float,
+                 python: str = sys.executable, env: dict[str, str] | None = None,
+                 cwd: str | None = None) -> None:
+        self.spec = spec
+        self._reference_for = reference_for
+        self._timeout_s, self._python, self._env, self._cwd = timeout_s, python, env, cwd
+        policy = spec.timing
+        self._k_min = max(1, policy.processes)
+        self._k_max = max(self._k_min, policy.max_processes)
+        self._started = time.monotonic()
+        self._results: list[BenchResult] = []
+        self._reference: stats.Reference | None = None
+        self._reference_error: str | None = None
+        self._merged: BenchResult | None = None
+        self._decision: stats.Decision | None = None
+        self._stopped_by = "max_processes"
+        self._final: BenchResult | None = None
+        try:
+            spec.validate()
+        except SpecError as exc:
+            self._final = _failed(spec, f"invalid spec: {exc}", "", self._started)
+
+    @property
+    def done(self) -> bool:
+        return self._final is not None
+
+    @property
+    def processes(self) -> int:
+        """Children measured so far (ok ones)."""
+        return len(self._results)
+
+    def step(self) -> None:
+        """Measure one more child process; afterwards `done` may be true."""
+        if self._final is not None:
+            return
+        spec, j = self.spec, len(self._results)
+        one = _run_one(process_spec(spec, j), timeout_s=self._timeout_s, python=self._python,
+                       env=self._env, cwd=self._cwd)
         if one.status != "ok":
             one.spec = spec.to_dict()
             if j > 0:  # say that earlier processes were fine (the first one's reason is plain)
                 one.reason = f"process {j + 1} (after {j} ok): {one.reason or one.status}"
-            return one
-        results.append(one)
+            self._final = one
+            return
+        self._results.append(one)
         if j == 0:
             try:
-                reference = reference_for(one)
+                self._reference = self._reference_for(one)
             except Exception as exc:  # a lookup problem must not cost the measurement
-                reference_error = f"{type(exc).__name__}: {exc}"[:300]
-            if reference is None:
-                k_max = k_min
-        if len(results) < k_min:
-            continue
+                self._reference_error = f"{type(exc).__name__}: {exc}"[:300]
+            if self._reference is None:
+                self._k_max = self._k_min
+        if len(self._results) < self._k_min:
+            return
         try:
-            if len(results) > 1:
-                merged = merge_processes(spec, results, started_monotonic=started)
+            if len(self._results) > 1:
+                self._merged = merge_processes(spec, self._results,
+                                               started_monotonic=self._started)
             else:  # one process: its own result, filed under the cell's spec
-                merged = replace(results[0], spec=spec.to_dict(),
-                                 evidence=dict(results[0].evidence))
+                self._merged = replace(self._results[0], spec=spec.to_dict(),
+                                       evidence=dict(self._results[0].evidence))
         except (stats.StatsError, ResultError) as exc:
-            return _failed(spec, f"merging {len(results)} processes: {exc}", "", started)
-        if reference is not None and merged.speedup is not None:
-            decision = stats.decide(merged.speedup, reference)
-            if decision.decided and _precise_enough(decision, policy.target_half_width):
-                stopped_by = "decided"
-                break
-        if policy.budget_seconds > 0 and _timing_seconds(results) >= policy.budget_seconds:
-            stopped_by = "budget"
-            break
-    assert merged is not None
-    merged.evidence["adaptive"] = {
-        "outcome": decision.outcome if decision else None,
-        "stopped_by": stopped_by if reference is not None else "fixed_processes",
-        "processes": len(results),
-        "timing_seconds": _timing_seconds(results),
-        "reference_speedup": reference.speedup if reference else None,
-        "reference_log_half": reference.log_half if reference else None,
-        "threshold": reference.threshold if reference else None,
-        "ratio": decision.ratio if decision else None,
-        "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
-        "log_half_width": decision.log_half if decision else None,
-        "target_half_width": policy.target_half_width or None,
-        **({"reference_error": reference_error} if reference_error else {}),
-    }
-    return merged
+            self._final = _failed(spec, f"merging {len(self._results)} processes: {exc}", "",
+                                  self._started)
+            return
+        policy = spec.timing
+        if self._reference is not None and self._merged.speedup is not None:
+            self._decision = stats.decide(self._merged.speedup, self._reference)
+            if self._decision.decided and _precise_enough(self._decision,
+                                                          policy.target_half_width):
+                self._stopped_by = "decided"
+                self._finish()
+                return
+        if policy.budget_seconds > 0 and _timing_seconds(self._results) >= policy.budget_seconds:
+            self._stopped_by = "budget"
+            self._finish()
+            return
+        if len(self._results) >= self._k_max:
+            self._finish()
+
+    def result(self) -> BenchResult:
+        if self._final is None:
+            raise RuntimeError("the measurement is not done: call step() until done")
+        return self._final
+
+    def _finish(self) -> None:
+        merged, decision, reference = self._merged, self._decision, self._reference
+        assert merged is not None
+        merged.evidence["adaptive"] = {
+            "outcome": decision.outcome if decision else None,
+            "stopped_by": self._stopped_by if reference is not None else "fixed_processes",
+            "processes": len(self._results),
+            "timing_seconds": _timing_seconds(self._results),
+            "reference_speedup": reference.speedup if reference else None,
+            "reference_log_half": reference.log_half if reference else None,
+            "threshold": reference.threshold if reference else None,
+            "ratio": decision.ratio if decision else None,
+            "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
+            "log_half_width": decision.log_half if decision else None,
+            "target_half_width": self.spec.timing.target_half_width or None,
+            **({"reference_error": self._reference_error} if self._reference_error else {}),
+        }
+        self._final = merged
+
+
+def run_adaptive_interleaved(
+    measurements: Sequence[AdaptiveMeasurement],
+    *,
+    after_each: Callable[[int], None] | None = None,
+    on_done: Callable[[int, BenchResult], None] | None = None,
+) -> list[BenchResult]:
+    """Step several measurements in turns, one child process each per turn; their results.
+
+    Turn t runs the next process of every measurement not yet done, in list order on even
+    turns and reversed on odd ones (A B C, C B A, A B C, ...). A cell's processes are then
+    spread over the whole stretch of time the cells take together, beside the other
+    cells' processes, instead of back to back: a drift of the machine over minutes
+    reaches every cell alike and shows in each cell's between-process variance (its
+    interval), where back-to-back processes would see one moment and cells measured
+    minutes apart would disagree beyond their intervals. Measuring one cell after another
+    cannot give that; it costs nothing extra, since the children are the same.
+
+    `after_each(i)` is called after every child (i: the measurement that ran it);
+    `on_done(i, result)` once when measurement i finishes, so a caller can store it
+    while the others go on.
+    """
+    turn = 0
+    while not all(m.done for m in measurements):
+        order = range(len(measurements))
+        for i in (order if turn % 2 == 0 else reversed(order)):
+            m = measurements[i]
+            if m.done:
+                continue
+            m.step()
+            if after_each is not None:
+                after_each(i)
+            if m.done and on_done is not None:
+                on_done(i, m.result())
+        turn += 1
+    return [m.result() for m in measurements]
 
 
 def _precise_enough(decision: stats.Decision, target_half_width: float) -> bool:
@@ -375,6 +465,8 @@ def merge_processes(
             "compile_seconds": r.compile_seconds,
             "baseline_median_ms": r.baseline.median_ms if r.baseline else None,
             "candidate_median_ms": r.candidate.median_ms if r.candidate else None,
+            "started_at": r.started_at,
+            "finished_at": r.finished_at,
         })
     evidence = dict(first.evidence)
     if isinstance(evidence.get("timing"), dict):

@@ -1,5 +1,5 @@
-"""Matrices of specs measured here, without the service: built from comma lists, run one
-after another, shown as a table (what `speedwatch bench`, in cli.bench, is made of).
+"""Matrices of specs measured here, without the service: built from comma lists, measured
+in turns, shown as a table (what `speedwatch bench`, in cli.bench, is made of).
 
 Comma-separated values of model, backend, weights, precision, batch and shape form a cross
 product, one validated spec per combination (`build_matrix`; BadInput names the first
@@ -143,27 +143,44 @@ def render_table(results: list[BenchResult]) -> Any:
 
 def run_matrix(specs: list[BenchSpec], *, isolate: bool, timeout_s: float,
                threshold: float = 0.03) -> list[BenchResult]:
-    """Run specs one after another under a progress bar (on stderr, so stdout stays clean).
+    """Measure the specs under a progress bar (on stderr, so stdout stays clean).
 
-    Isolated specs are measured adaptively: with no baseline to compare with here, a spec
-    is decided once its CI half-width is at most half of `threshold` (precise enough to
-    judge the next run at it), or its process limit or budget is reached."""
+    Isolated specs are measured adaptively and in turns, one child process of each spec
+    per turn (`isolation.run_adaptive_interleaved`), so each spec's processes spread over
+    the whole run: its interval then covers the machine's drift over those minutes, which
+    back-to-back processes cannot see. With no baseline to compare with here, a spec is
+    decided once its CI half-width is at most half of `threshold` (precise enough to judge
+    the next run at it), or its process limit or budget is reached. Not isolated: one
+    spec after another in this process."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchmarks.isolation import run_adaptive
+    from benchmarks.isolation import AdaptiveMeasurement, run_adaptive_interleaved
     from benchmarks.runner import run_spec
     from benchmarks.stats import Reference
 
-    results: list[BenchResult] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=False) as progress:
         task = progress.add_task("bench", total=len(specs))
-        for spec in specs:
-            progress.update(task, description=spec.series_key(spec.device))
-            result = (run_adaptive(spec, reference_for=lambda _first: Reference(threshold),
-                                   timeout_s=timeout_s) if isolate else run_spec(spec))
-            results.append(result)
-            progress.advance(task)
+        if not isolate:
+            results: list[BenchResult] = []
+            for spec in specs:
+                progress.update(task, description=spec.series_key(spec.device))
+                results.append(run_spec(spec))
+                progress.advance(task)
+            progress.update(task, description="done")
+            return results
+        measurements = [AdaptiveMeasurement(spec, reference_for=lambda _f: Reference(threshold),
+                                            timeout_s=timeout_s) for spec in specs]
+        processes = progress.add_task("processes", total=None)
+
+        def after_each(i: int) -> None:
+            progress.update(processes, advance=1, description=(
+                f"processes (last: {specs[i].series_key(specs[i].device)}, "
+                f"{measurements[i].processes} so far)"))
+
+        results = run_adaptive_interleaved(
+            measurements, after_each=after_each,
+            on_done=lambda _i, _r: progress.advance(task))
         progress.update(task, description="done")
-    return results
+        return results

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.isolation import run_adaptive
+from benchmarks.isolation import AdaptiveMeasurement, run_adaptive, run_adaptive_interleaved
 from benchmarks.result import BenchResult, Speedup
 from benchmarks.spec import BenchSpec, SpecError, default_timing
 from benchmarks.stats import PROCESSES_METHOD, Reference, StatsError, decide, ratio_interval
@@ -166,3 +166,32 @@ def test_a_single_process_result_carries_the_cells_own_spec(tiny_spec: SpecFacto
     assert result.status == "ok"
     assert result.spec == spec.to_dict()
     assert result.evidence["adaptive"]["processes"] == 1
+
+
+@pytest.mark.slow
+def test_cells_measured_together_take_turns_one_process_each(tiny_spec: SpecFactory) -> None:
+    """Each cell's processes spread over the whole stretch (A1 B1, B2 A2): a drift of the
+    machine reaches both cells alike and shows in each one's interval. A cell that is
+    decided drops out and is reported at once; the other goes on."""
+    a = adaptive_spec(tiny_spec, 2, 2)
+    b = replace(adaptive_spec(tiny_spec, 2, 3), batch_size=2)
+    finished: list[int] = []
+    ran: list[int] = []
+    results = run_adaptive_interleaved(
+        [AdaptiveMeasurement(spec, reference_for=lambda _f: Reference(0.0), timeout_s=300)
+         for spec in (a, b)],
+        after_each=ran.append, on_done=lambda i, _r: finished.append(i))
+    assert ran == [0, 1, 1, 0, 1]  # turn 1 forward, turn 2 reversed, then only b is left
+    assert finished == [0, 1]
+    assert [r.status for r in results] == ["ok", "ok"], [r.reason for r in results]
+    assert [r.evidence["adaptive"]["processes"] for r in results] == [2, 3]
+    pa, pb = (r.evidence["processes"] for r in results)
+    assert pa[0]["finished_at"] <= pb[0]["started_at"]
+    assert pb[1]["finished_at"] <= pa[1]["started_at"]  # a's second process came after b's
+
+
+def test_a_measurement_of_an_invalid_spec_is_done_before_it_starts() -> None:
+    spec = BenchSpec(batch_size=0)
+    m = AdaptiveMeasurement(spec, reference_for=lambda _f: None, timeout_s=1)
+    assert m.done and m.result().status == "failed"
+    assert "batch_size" in (m.result().reason or "")
