@@ -75,6 +75,12 @@ class Settings(BaseSettings):
     # ingest right after its response.
     ingest_judge_delay_seconds: float = Field(default=0.5, ge=0, le=60)
     max_cell_attempts: int = Field(default=3, ge=1)
+    # Cells sent to one queue together (a run's cells) are measured together by one
+    # worker, one child process of each in turn, so a drift of the machine reaches all of
+    # them alike (workers.tasks.execute_cells); at most this many per group (1: one cell
+    # at a time, as separate messages). A group holds one worker for all its cells: on a
+    # queue served by several GPUs, a smaller group spreads a run over more of them.
+    interleave_cells: int = Field(default=8, ge=1, le=64)
     # Redis re-delivers a message its worker never acknowledged (the worker was SIGKILLed,
     # its host died) after this long. None: derived from the task time limits, so that a
     # cell still running is never handed to a second worker. Lower it only when every cell

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 RUN_CELL_TASK = "speedwatch.run_cell"
+RUN_CELLS_TASK = "speedwatch.run_cells"
 RECONCILE_TASK = "speedwatch.reconcile"
 DELIVER_WEBHOOK_TASK = "speedwatch.deliver_webhook"
 
@@ -47,10 +48,17 @@ def time_limits(settings: Settings) -> tuple[float, float]:
 
 
 def visibility_timeout(settings: Settings) -> int:
-    """Seconds after which Redis hands an unacknowledged message to another worker."""
+    """Seconds after which Redis hands an unacknowledged message to another worker.
+
+    Past the hard limit of the longest message there is: a group of `interleave_cells`
+    cells, whose limits are the per-cell ones times its size (workers.dispatch), so a
+    group still measuring is never handed to a second worker. A worker that died is
+    covered sooner by the reconciler, which re-sends its cells once their heartbeat is
+    `reconcile_after_seconds` old.
+    """
     if settings.broker_visibility_timeout_seconds is not None:
         return settings.broker_visibility_timeout_seconds
-    return int(time_limits(settings)[1] * 2 + 300)
+    return int(time_limits(settings)[1] * max(1, settings.interleave_cells) * 2 + 300)
 
 
 def transport_options(settings: Settings) -> dict[str, int]:

@@ -42,7 +42,9 @@ def enqueue_cells(cells: Sequence[tuple[int, str]], settings: Settings | None = 
     if executor == "local":
         from workers.local import get_local_executor
 
-        get_local_executor().submit([cell_id for cell_id, _ in cells], settings)
+        executor_ = get_local_executor()
+        for group in cell_groups(cells, settings.interleave_cells):
+            executor_.submit_group(group, settings)
         return
     if executor == "celery":
         _send_celery(cells, settings)
@@ -50,17 +52,36 @@ def enqueue_cells(cells: Sequence[tuple[int, str]], settings: Settings | None = 
     raise DispatchError(f"executor {executor!r} is not one of celery, local, none")
 
 
+def cell_groups(cells: Sequence[tuple[int, str]], size: int) -> list[list[int]]:
+    """The cells of one send, grouped by queue in their order, at most `size` a group: each
+    group is measured together by one worker (workers.tasks.execute_cells)."""
+    by_queue: dict[str, list[int]] = {}
+    for cell_id, queue in cells:
+        by_queue.setdefault(queue, []).append(cell_id)
+    size = max(1, size)
+    return [ids[i:i + size] for ids in by_queue.values() for i in range(0, len(ids), size)]
+
+
 def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
+    """One message per group: a single cell as run_cell, several as run_cells, whose time
+    limits are the per-cell limits times the cells it holds."""
     from celery.exceptions import QueueNotFound
 
-    from workers.celery_app import RUN_CELL_TASK, celery_for
+    from workers.celery_app import RUN_CELL_TASK, RUN_CELLS_TASK, celery_for, time_limits
 
     app = celery_for(settings)
+    queue_of = dict(cells)
+    soft, hard = time_limits(settings)
     sent = 0
     try:
-        for cell_id, queue in cells:
-            app.send_task(RUN_CELL_TASK, args=[cell_id], queue=queue)
-            sent += 1
+        for group in cell_groups(cells, settings.interleave_cells):
+            queue = queue_of[group[0]]
+            if len(group) == 1:
+                app.send_task(RUN_CELL_TASK, args=[group[0]], queue=queue)
+            else:
+                app.send_task(RUN_CELLS_TASK, args=[group], queue=queue,
+                              soft_time_limit=soft * len(group), time_limit=hard * len(group))
+            sent += len(group)
     except QueueNotFound as exc:
         raise DispatchError(f"{exc.args[0] if exc.args else exc} (configured queues: "
                             f"{', '.join(settings.queue_names())})") from None

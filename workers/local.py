@@ -21,17 +21,25 @@ log = logging.getLogger(__name__)
 
 class LocalExecutor:
     def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[int, Settings | None]] = queue.Queue()
+        self._queue: queue.Queue[tuple[list[int], Settings | None]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._busy = 0  # cells submitted and not yet finished
 
     def submit(self, cell_ids: Iterable[int], settings: Settings | None = None) -> None:
         """Queue cells; they run in submission order, one at a time, with `settings`."""
+        for cell_id in cell_ids:
+            self.submit_group([cell_id], settings)
+
+    def submit_group(self, cell_ids: Iterable[int], settings: Settings | None = None) -> None:
+        """Queue cells measured together, one child process of each in turn
+        (workers.tasks.execute_cells); groups run in submission order, one at a time."""
+        group = list(cell_ids)
+        if not group:
+            return
         with self._lock:
-            for cell_id in cell_ids:
-                self._busy += 1
-                self._queue.put((cell_id, settings))
+            self._busy += len(group)
+            self._queue.put((group, settings))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="speedwatch-local-executor", daemon=True
@@ -56,18 +64,18 @@ class LocalExecutor:
         return done.wait(timeout_s)
 
     def _loop(self) -> None:
-        from workers.tasks import execute_cell
+        from workers.tasks import execute_cells
 
         while True:
-            cell_id, settings = self._queue.get()
+            group, settings = self._queue.get()
             try:
-                outcome = execute_cell(cell_id, settings)
-                log.info("cell %s: %s", cell_id, outcome)
+                outcomes = execute_cells(group, settings)
+                log.info("cells %s: %s", group, outcomes)
             except Exception:  # the thread outlives any cell, as a worker process does
-                log.exception("cell %s: task body raised", cell_id)
+                log.exception("cells %s: task body raised", group)
             finally:
                 with self._lock:
-                    self._busy -= 1
+                    self._busy -= len(group)
                 self._queue.task_done()
 
 

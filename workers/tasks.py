@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +22,14 @@ from workers.celery_app import (
     DELIVER_WEBHOOK_TASK,
     RECONCILE_TASK,
     RUN_CELL_TASK,
+    RUN_CELLS_TASK,
     celery_app,
 )
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from benchmarks.result import BenchResult
+    from benchmarks.spec import BenchSpec
 
 log = logging.getLogger(__name__)
 
@@ -54,53 +58,138 @@ def execute_cell(cell_id: int, settings: Settings | None = None) -> str:
     and the reconciler sends it again. `settings` defaults to the process settings (the
     local executor passes its API's own).
     """
+    return execute_cells([cell_id], settings)[cell_id]
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    cell_id: int
+    spec: BenchSpec
+    env: CellEnvironment
+    python: str
+
+
+def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> dict[int, str]:
+    """Run cells to stored outcomes, their child processes in turns; the outcome of each.
+
+    The cells a run sends to one queue arrive together (workers.dispatch) and are measured
+    together: one child process of each per turn (`run_adaptive_interleaved`), so each
+    cell's processes spread over the time all of them take, beside the others'. A drift of
+    the machine over minutes then reaches every cell of the run alike and shows in each
+    cell's interval, where cells measured one after another landed minutes apart with
+    intervals that only knew their own minute. Each cell is still adaptive on its own
+    (processes until its comparison with its baseline is decided) and stored the moment
+    it is done. Every claimed cell heartbeats after each child: waiting for its turn is
+    progress, not a lost worker. A confirmation re-measure runs on its own, as before.
+    """
     from app.config import get_settings
     from app.db import session_scope
     from app.services.confirmation import confirmation_pair
-    from app.services.runs import claim_cell, finish_run_if_complete, record_result
-    from benchmarks.isolation import run_adaptive
+    from app.services.runs import claim_cell, finish_run_if_complete
+    from benchmarks.isolation import AdaptiveMeasurement, run_adaptive_interleaved
     from workers.confirm import _heartbeat, execute_confirmation
 
     settings = settings or get_settings()
-    with session_scope(settings) as session:
-        pair = confirmation_pair(session, cell_id)
-    if pair is not None:  # a confirmation re-measure: both of its cells, interleaved
-        return execute_confirmation(pair, settings)
-    with session_scope(settings) as session:
-        spec = claim_cell(session, cell_id, settings=settings)
-        if spec is None:
-            # Finished already (a redelivery), unknown, or just failed by claim_cell for
-            # running out of attempts: in that last case the run may now be complete.
-            run_id = _run_of(session, cell_id)
-            if run_id is not None:
-                finish_run_if_complete(session, run_id, settings=settings)
-            return "already-finished"
-        env = _cell_environment(session, cell_id)
+    outcomes: dict[int, str] = {}
+    claimed: list[_Claimed] = []
+    for cell_id in dict.fromkeys(cell_ids):
+        with session_scope(settings) as session:
+            pair = confirmation_pair(session, cell_id)
+        if pair is not None:  # a confirmation re-measure: both of its cells, interleaved
+            outcomes[cell_id] = execute_confirmation(pair, settings)
+            continue
+        with session_scope(settings) as session:
+            spec = claim_cell(session, cell_id, settings=settings)
+            if spec is None:
+                # Finished already (a redelivery), unknown, or just failed by claim_cell
+                # for running out of attempts: in that last case the run may now be complete.
+                run_id = _run_of(session, cell_id)
+                if run_id is not None:
+                    finish_run_if_complete(session, run_id, settings=settings)
+                outcomes[cell_id] = "already-finished"
+                continue
+            env = _cell_environment(session, cell_id)
+        try:
+            python = resolve_python(env.pins, env.interpreter, settings)
+        except SoftTimeLimitExceeded:
+            _fail(cell_id, "task time limit reached (environment build too slow)", settings)
+            outcomes[cell_id] = "failed"
+            _finish_runs([env.run_id], settings)
+            continue
+        except Exception as exc:  # a bad cell fails; the others carry on
+            log.warning("cell %s failed: %s", cell_id, exc, exc_info=True)
+            _fail(cell_id, _reason(exc), settings)
+            outcomes[cell_id] = "failed"
+            _finish_runs([env.run_id], settings)
+            continue
+        claimed.append(_Claimed(cell_id, spec, env, python))
+    if not claimed:
+        return outcomes
 
-    outcome = "failed"
+    # Adaptive: processes are added until the comparison with the series' baseline is
+    # decided at the project's threshold (or the spec's budget is spent). The baseline is
+    # looked up once a cell's first process names the device class it ran on.
+    measurements = [
+        AdaptiveMeasurement(
+            c.spec, python=c.python, timeout_s=float(settings.cell_timeout_seconds),
+            reference_for=_reference_for(c.cell_id, settings))
+        for c in claimed]
+    live = {c.cell_id for c in claimed}
+
+    def stored(i: int, result: BenchResult) -> None:
+        c = claimed[i]
+        live.discard(c.cell_id)
+        outcomes[c.cell_id] = _store(c, result, settings)
+
     try:
-        python = resolve_python(env.pins, env.interpreter, settings)
-        # Adaptive: processes are added until the comparison with the series' baseline is
-        # decided at the project's threshold (or the spec's budget is spent). The baseline
-        # is looked up once the first process names the device class it ran on.
-        result = run_adaptive(
-            spec, reference_for=lambda first: _reference(cell_id, first.series_key, settings),
-            timeout_s=float(settings.cell_timeout_seconds), python=python,
-            after_each=lambda: _heartbeat((cell_id,), settings))
-        _annotate(result, env, python)
-        with session_scope(settings) as session:
-            stored = record_result(session, cell_id, result)
-        outcome = OUTCOMES[result.status] if stored is not None else "failed"
+        run_adaptive_interleaved(
+            measurements, after_each=lambda _i: _heartbeat(tuple(sorted(live)), settings),
+            on_done=stored)
     except SoftTimeLimitExceeded:
-        _fail(cell_id, "task time limit reached (environment build or benchmark too slow)",
-              settings)
-    except Exception as exc:  # a bad cell fails; the worker carries on with the next one
-        log.warning("cell %s failed: %s", cell_id, exc, exc_info=True)
-        _fail(cell_id, _reason(exc), settings)
+        for cell_id in sorted(live):
+            _fail(cell_id, "task time limit reached (environment build or benchmark too slow)",
+                  settings)
+            outcomes[cell_id] = "failed"
+    except Exception as exc:  # the cells still measuring fail; the worker carries on
+        log.warning("cells %s failed: %s", sorted(live), exc, exc_info=True)
+        for cell_id in sorted(live):
+            _fail(cell_id, _reason(exc), settings)
+            outcomes[cell_id] = "failed"
     finally:
+        _finish_runs([c.env.run_id for c in claimed], settings)
+    return outcomes
+
+
+def _store(claimed: _Claimed, result: BenchResult, settings: Settings) -> str:
+    """Record one finished cell's result and finish its run if that was its last cell."""
+    from app.db import session_scope
+    from app.services.runs import record_result
+
+    try:
+        _annotate(result, claimed.env, claimed.python)
         with session_scope(settings) as session:
-            finish_run_if_complete(session, env.run_id, settings=settings)
+            stored = record_result(session, claimed.cell_id, result)
+        outcome = OUTCOMES[result.status] if stored is not None else "failed"
+    except Exception as exc:  # this cell fails; the others go on measuring
+        log.warning("cell %s failed: %s", claimed.cell_id, exc, exc_info=True)
+        _fail(claimed.cell_id, _reason(exc), settings)
+        outcome = "failed"
+    _finish_runs([claimed.env.run_id], settings)
     return outcome
+
+
+def _finish_runs(run_ids: Sequence[int], settings: Settings) -> None:
+    from app.db import session_scope
+    from app.services.runs import finish_run_if_complete
+
+    for run_id in dict.fromkeys(run_ids):
+        with session_scope(settings) as session:
+            finish_run_if_complete(session, run_id, settings=settings)
+
+
+def _reference_for(cell_id: int, settings: Settings) -> Callable[[BenchResult], Any]:
+    """A cell's `reference_for`: its baseline, asked with the first process's series key."""
+    return lambda first: _reference(cell_id, first.series_key, settings)
 
 
 def _reference(cell_id: int, series_key: str, settings: Settings) -> Any:
@@ -189,6 +278,16 @@ def run_cell(cell_id: int) -> str:
     outcome = execute_cell(int(cell_id))
     log.info("cell %s: %s", cell_id, outcome)
     return outcome
+
+
+@celery_app.task(name=RUN_CELLS_TASK, acks_late=True, reject_on_worker_lost=True)
+def run_cells(cell_ids: list[int]) -> dict[str, str]:
+    """Celery entry point for the cells a run sent to one queue together (ids only);
+    measured in turns (`execute_cells`). Its time limits were scaled by the number of
+    cells when it was sent (workers.dispatch)."""
+    outcomes = execute_cells([int(c) for c in cell_ids])
+    log.info("cells %s: %s", list(outcomes), list(outcomes.values()))
+    return {str(k): v for k, v in outcomes.items()}
 
 
 @celery_app.task(name=RECONCILE_TASK, acks_late=False)

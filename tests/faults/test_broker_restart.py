@@ -40,6 +40,8 @@ def test_runs_queued_when_redis_restarts_all_finish_and_reads_keep_working(
     session: Session, queue: str, token: str, tmp_path: Path,
 ) -> None:
     procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
+                 # one message per cell: the scenario counts cells left in the broker
+                 "SPEEDWATCH_INTERLEAVE_CELLS": "1",
                  "SPEEDWATCH_RECONCILE_AFTER_SECONDS": str(RECONCILE_AFTER_S),
                  "SPEEDWATCH_RECONCILE_INTERVAL_SECONDS": "2",
                  "SPEEDWATCH_CELL_TIMEOUT_SECONDS": "60"}

@@ -48,3 +48,30 @@ def test_a_broker_that_is_down_is_an_error_within_seconds_not_a_hang() -> None:
         enqueue_cells([(1, "cpu")], _celery_settings("cpu", f"redis://127.0.0.1:{port}/0"))
     assert time.monotonic() - started < 20
 
+
+
+def test_a_runs_cells_on_one_queue_travel_as_one_group_with_limits_for_all_of_them() -> None:
+    """One worker measures a group's cells in turns (workers.tasks.execute_cells); its time
+    limits are the per-cell limits times the cells it holds. Another queue's cells go in a
+    message of their own, and `interleave_cells` caps a group's size."""
+    import json
+
+    from workers.celery_app import time_limits
+
+    queue, other = (f"cpu-dispatch-{secrets.token_hex(4)}" for _ in range(2))
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    settings = Settings(executor="celery", cpu_queue=queue, gpu_queues={"cuda": other},
+                        broker_url="redis://127.0.0.1:6379/0",
+                        database_url="sqlite:///unused.db", interleave_cells=3)
+    try:
+        enqueue_cells([(1, queue), (2, other), (3, queue), (4, queue), (5, queue)], settings)
+        mine = [json.loads(m) for m in reversed(client.lrange(queue, 0, -1))]
+        assert [(m["headers"]["task"], m["headers"]["argsrepr"]) for m in mine] == [
+            ("speedwatch.run_cells", "[[1, 3, 4]]"), ("speedwatch.run_cell", "[5]")]
+        soft, hard = time_limits(settings)
+        assert mine[0]["headers"]["timelimit"] == [hard * 3, soft * 3]
+        theirs = [json.loads(m)["headers"]["argsrepr"] for m in client.lrange(other, 0, -1)]
+        assert theirs == ["[2]"]
+    finally:
+        client.delete(queue, other)
+        client.close()

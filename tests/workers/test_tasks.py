@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.models import Cell, Result
-from tests.workers.helpers import inject_fault, new_run, reload_run
+from tests.workers.helpers import TINY_TIMING, inject_fault, new_run, reload_run, tiny_request
 from workers.tasks import execute_cell
 
 
@@ -89,3 +89,33 @@ def test_a_cell_out_of_attempts_is_failed_and_finishes_its_run(
 
 def test_an_unknown_cell_id_is_a_no_op(settings: Settings) -> None:
     assert execute_cell(2_000_000_000) == "already-finished"
+
+
+def test_the_cells_a_run_sends_together_take_turns_and_each_is_stored_when_done(
+    session: Session, settings: Settings
+) -> None:
+    """Two cells of one run, delivered as one group: one child process of each per turn,
+    so each cell's processes span the time both take (a drift of the machine reaches both
+    and shows in each interval); each is stored with its own result, and the run ends."""
+    from app.schemas import RunCreate
+    from app.services.runs import create_run
+    from workers.tasks import execute_cells
+
+    request = tiny_request(revision="together", weights=["constant", "tensor"])
+    request["matrix"]["timing"] = {**TINY_TIMING, "processes": 2, "max_processes": 2}
+    run, _ = create_run(session, RunCreate.model_validate(request), settings=settings)
+    session.commit()
+    run_id, cells = run.id, [c.id for c in run.cells]
+    assert len(cells) == 2
+
+    assert execute_cells(cells) == {cells[0]: "done", cells[1]: "done"}
+    assert execute_cells(cells) == {cells[0]: "already-finished", cells[1]: "already-finished"}
+
+    run = reload_run(session, run_id)
+    assert (run.status, run.verdict) == ("done", "pass")
+    assert [c.attempts for c in run.cells] == [1, 1]
+    first, second = (session.scalars(select(Result).where(Result.cell_id == c)).one()
+                     .evidence["processes"] for c in cells)
+    assert len(first) >= 2 and len(second) >= 2
+    assert first[0]["finished_at"] <= second[0]["started_at"]
+    assert second[0]["finished_at"] <= second[1]["started_at"] <= first[1]["started_at"]
