@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     # them alike (workers.tasks.execute_cells); at most this many per group (1: one cell
     # at a time, as separate messages). A group holds one worker for all its cells: on a
     # queue served by several GPUs, a smaller group spreads a run over more of them.
-    interleave_cells: int = Field(default=8, ge=1, le=64)
+    interleave_cells: int = Field(default=16, ge=1, le=64)
     # Redis re-delivers a message its worker never acknowledged (the worker was SIGKILLed,
     # its host died) after this long. None: derived from the task time limits, so that a
     # cell still running is never handed to a second worker. Lower it only when every cell

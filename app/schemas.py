@@ -130,6 +130,12 @@ class MatrixIn(StrictModel):
         default=None, ge=1, le=256,
         description="CPU threads for both sides (torch intra-op and ONNX Runtime); default: "
                     "the library's. On a shared or small CPU host, 1 gives steadier timings.")
+    sides: Literal["paired", "split"] | None = Field(
+        default=None,
+        description='"split": each side timed alone in processes of its own, processes of '
+        'the two sides alternating (the CPU default: next to a running candidate, eager '
+        'measured up to 29% slower); "paired": both sides in every process, rounds '
+        'alternating (the GPU default). A change starts a new series.')
     timing: TimingIn | None = None
 
 
@@ -191,6 +197,7 @@ class CellSpecPublic(BaseModel):
     image_size: int
     width: int
     threads: int | None = Field(default=None, description="CPU threads; null: the library's")
+    sides: str = Field(default="paired", description='"paired" or "split" (each side alone)')
     cuda_graphs: bool = Field(default=True, description="GPU cells: CUDA-graph replays asked for")
     processes: int = Field(default=1, description="processes measured at least")
     max_processes: int = Field(default=0, description="adaptive: processes at most")

@@ -53,7 +53,7 @@ from typing import Any
 
 from benchmarks import fingerprint, stats
 from benchmarks.result import Accuracy, BenchResult, ResultError
-from benchmarks.spec import BenchSpec, SpecError
+from benchmarks.spec import CHILD_SIDES, SIDE_OPTION, BenchSpec, SpecError
 
 STDERR_TAIL_BYTES = 4096
 _OOM_PATTERNS = re.compile(r"out of memory|MemoryError|OutOfMemoryError|std::bad_alloc",
@@ -149,8 +149,12 @@ def run_isolated(
     process group is killed.
     """
     k = spec.timing.processes
-    if not isinstance(k, int) or k <= 1:
+    if (not isinstance(k, int) or k <= 1) and spec.sides != "split":
         return _run_one(spec, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
+    if not isinstance(k, int) or k <= 1:  # one unit: a child per side, joined
+        unit = _run_unit(spec, 0, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
+        unit.spec = spec.to_dict()
+        return unit
     started = time.monotonic()
     try:
         spec.validate()  # before K children, not K times inside them (processes <= 16)
@@ -158,8 +162,7 @@ def run_isolated(
         return _failed(spec, f"invalid spec: {exc}", "", started)
     results: list[BenchResult] = []
     for j in range(k):
-        one = _run_one(process_spec(spec, j), timeout_s=timeout_s, python=python, env=env,
-                       cwd=cwd)
+        one = _run_unit(spec, j, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
         if one.status != "ok":
             one.spec = spec.to_dict()
             one.reason = f"process {j + 1} of {k}: {one.reason or one.status}"
@@ -256,8 +259,8 @@ class AdaptiveMeasurement:
         if self._final is not None:
             return
         spec, j = self.spec, len(self._results)
-        one = _run_one(process_spec(spec, j), timeout_s=self._timeout_s, python=self._python,
-                       env=self._env, cwd=self._cwd)
+        one = _run_unit(spec, j, timeout_s=self._timeout_s, python=self._python,
+                        env=self._env, cwd=self._cwd)
         if one.status != "ok":
             one.spec = spec.to_dict()
             if j > 0:  # say that earlier processes were fine (the first one's reason is plain)
@@ -405,8 +408,7 @@ def run_interleaved(
     done: list[list[BenchResult]] = [[] for _ in pythons]
     for j in range(k):
         for i, python in enumerate(pythons):
-            one = _run_one(process_spec(spec, j), timeout_s=timeout_s, python=python,
-                           env=env, cwd=None)
+            one = _run_unit(spec, j, timeout_s=timeout_s, python=python, env=env, cwd=None)
             if after_each is not None:
                 after_each()
             if one.status != "ok":
@@ -449,7 +451,7 @@ def merge_processes(
     first, last = results[0], results[-1]
     speedup = stats.combine_processes(
         [(r.baseline_samples_ms, r.candidate_samples_ms) for r in results],
-        resamples=policy.bootstrap_resamples, seed=policy.seed,
+        resamples=policy.bootstrap_resamples, seed=policy.seed, paired=spec.sides != "split",
     )
     base = [rd for r in results for rd in r.baseline_samples_ms]
     cand = [rd for r in results for rd in r.candidate_samples_ms]
@@ -467,6 +469,8 @@ def merge_processes(
             "candidate_median_ms": r.candidate.median_ms if r.candidate else None,
             "started_at": r.started_at,
             "finished_at": r.finished_at,
+            **({"sides": r.evidence["sides"]} if isinstance(r.evidence, dict)
+               and "sides" in r.evidence else {}),
         })
     evidence = dict(first.evidence)
     if isinstance(evidence.get("timing"), dict):
@@ -508,6 +512,116 @@ def merge_processes(
     )
     merged.check()
     return merged
+
+
+def _run_unit(
+    spec: BenchSpec, index: int, *, timeout_s: float, python: str,
+    env: dict[str, str] | None, cwd: str | None,
+) -> BenchResult:
+    """Measure unit `index` (0-based) of `spec`: one child process timing both sides, or,
+    for `options.sides == "split"`, two children, one per side (baseline first in even
+    units, candidate first in odd ones: B C, C B, B C, ...), joined into one result whose
+    speedup pairs their rounds unpaired (`join_sides`). A child that does not end ok ends
+    the unit with its reason, naming its side."""
+    one = process_spec(spec, index)
+    if spec.sides != "split":
+        return _run_one(one, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
+    order = CHILD_SIDES if index % 2 == 0 else tuple(reversed(CHILD_SIDES))
+    children: dict[str, BenchResult] = {}
+    for side in order:
+        child = _run_one(replace(one, options={**one.options, SIDE_OPTION: side}),
+                         timeout_s=timeout_s, python=python, env=env, cwd=cwd)
+        if child.status != "ok":
+            child.spec = one.to_dict()
+            child.reason = f"{side} side: {child.reason or child.status}"
+            return child
+        children[side] = child
+    try:
+        return join_sides(one, children["baseline"], children["candidate"], order=list(order))
+    except (stats.StatsError, ResultError) as exc:
+        return _failed(one, f"joining the two sides: {exc}", "", time.monotonic())
+
+
+def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *,
+               order: list[str]) -> BenchResult:
+    """One unit's result from the two children of a split measurement.
+
+    Samples, summary and memory of each side from its own child; the speedup is the ratio
+    of their medians with an unpaired round bootstrap (`stats.speedup_ci(paired=False)`);
+    accuracy, compile time, backend evidence and fingerprint from the candidate's child
+    (it built both models), NVML readings from the first and last child; kernels per
+    inference of each side from its own child; `evidence.sides` says which child timed
+    what, when, in which order. Both sides must have been timed alike (CUDA graphs or not):
+    otherwise the unit fails rather than compare a replayed side with a launched one.
+    """
+    tb = baseline.evidence.get("timing") or {}
+    tc = candidate.evidence.get("timing") or {}
+    if tb.get("mode") != tc.get("mode"):
+        raise ResultError(f"the sides were timed differently (baseline {tb.get('mode')}, "
+                          f"candidate {tc.get('mode')}): measure with sides=paired")
+    policy = spec.timing
+    speedup = stats.speedup_ci(baseline.baseline_samples_ms, candidate.candidate_samples_ms,
+                               resamples=policy.bootstrap_resamples, seed=policy.seed,
+                               paired=False)
+    evidence = dict(candidate.evidence)
+    evidence["timing"] = {
+        **tc,
+        "rounds": len(candidate.candidate_samples_ms),
+        "timing_seconds": float(tb.get("timing_seconds") or 0.0)
+        + float(tc.get("timing_seconds") or 0.0),
+        "cuda_graphs": {"baseline": (tb.get("cuda_graphs") or {}).get("baseline", False),
+                        "candidate": (tc.get("cuda_graphs") or {}).get("candidate", False)},
+    }
+    evidence["timing"].pop("side", None)
+    evidence["sides"] = {
+        "order": order,
+        **{name: {"rounds": len(samples), "timing_seconds": t.get("timing_seconds"),
+                  "median_ms": summary.median_ms if summary else None,
+                  "started_at": r.started_at, "finished_at": r.finished_at}
+           for name, r, samples, summary, t in (
+               ("baseline", baseline, baseline.baseline_samples_ms, baseline.baseline, tb),
+               ("candidate", candidate, candidate.candidate_samples_ms, candidate.candidate, tc))},
+    }
+    kernels = {**(baseline.evidence.get("kernels_per_inference") or {}),
+               **(candidate.evidence.get("kernels_per_inference") or {})}
+    if kernels:
+        evidence["kernels_per_inference"] = kernels
+    first, last = (baseline, candidate) if order[0] == "baseline" else (candidate, baseline)
+    fp = dict(candidate.fingerprint)
+    if "nvml_start" in first.fingerprint:
+        fp["nvml_start"] = first.fingerprint["nvml_start"]
+    if "nvml_end" in last.fingerprint:
+        fp["nvml_end"] = last.fingerprint["nvml_end"]
+    throttled = [r.fingerprint["throttled"] for r in (baseline, candidate)
+                 if "throttled" in r.fingerprint]
+    if throttled:
+        fp["throttled"] = any(throttled)
+    peak = {**candidate.peak_memory_bytes}
+    for key, value in baseline.peak_memory_bytes.items():
+        peak[key] = max(peak.get(key, 0), value)
+    mode = str(tc.get("mode") or spec.requested_timing_mode)
+    joined = BenchResult(
+        series_key=spec.series_key(str(fp.get("device_class") or spec.device), mode),
+        spec=spec.to_dict(),
+        status="ok",
+        reason=candidate.reason,
+        baseline_samples_ms=baseline.baseline_samples_ms,
+        candidate_samples_ms=candidate.candidate_samples_ms,
+        baseline=baseline.baseline,
+        candidate=candidate.candidate,
+        speedup=speedup,
+        accuracy=candidate.accuracy,
+        compile_seconds=candidate.compile_seconds,
+        peak_memory_bytes=peak,
+        evidence=evidence,
+        fingerprint=fp,
+        started_at=first.started_at,
+        finished_at=last.finished_at,
+        duration_seconds=(baseline.duration_seconds or 0.0)
+        + (candidate.duration_seconds or 0.0),
+    )
+    joined.check()
+    return joined
 
 
 def _run_one(

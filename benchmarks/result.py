@@ -172,8 +172,16 @@ class BenchResult:
                 raise ResultError("speedup: value and CI must be positive numbers")
             if not s.ci_low <= s.value <= s.ci_high:
                 raise ResultError("speedup: ci_low <= value <= ci_high does not hold")
-        if self.status == "ok" and self.speedup is None:
+        if self.status == "ok" and self.speedup is None and self.child_side() is None:
             raise ResultError("status 'ok' needs a speedup")
+
+    def child_side(self) -> str | None:
+        """The one side timed when this is a child of a split measurement (its spec's
+        `options._side`): an input to `isolation.merge_processes`, never a result to store."""
+        spec = self.spec if isinstance(self.spec, dict) else {}
+        options = spec.get("options")
+        side = options.get("_side") if isinstance(options, dict) else None
+        return side if side in ("baseline", "candidate") else None
 
     @classmethod
     def from_json(cls, text: str) -> BenchResult:

@@ -33,7 +33,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
@@ -44,7 +44,7 @@ from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.models import build_model, example_input, model_dtype
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec, SpecError
-from benchmarks.timing import PairedSamples, capture_cuda_graph, time_paired
+from benchmarks.timing import capture_cuda_graph, time_paired
 
 KERNEL_COUNT_INFERENCES = 5
 _REASON_MAX = 400
@@ -162,6 +162,12 @@ def run_spec(spec: BenchSpec, *, slow_candidate: float = 0.0) -> BenchResult:
             spec, "failed", f"timing.processes={spec.timing.processes}: processes > 1 needs "
             "isolation (run_isolated or `speedwatch bench --isolate`)",
             "cuda" if spec.device == "cuda" else "cpu", started, t0)
+    if spec.sides == "split" and spec.child_side is None:
+        # This process would have to run both sides: the design exists to keep them apart.
+        return _failed_or_skipped(
+            spec, "failed", "options.sides=split times each side in processes of its own: "
+            "it needs isolation (run_isolated or `speedwatch bench --isolate`)",
+            "cuda" if spec.device == "cuda" else "cpu", started, t0)
     if spec.device == "cuda" and not torch.cuda.is_available():
         return _failed_or_skipped(spec, "skipped", "CUDA is not available here", "cuda",
                                   started, t0)
@@ -215,6 +221,49 @@ def _stage(name: str) -> Iterator[None]:
         raise _StageError(name, exc) from exc
 
 
+def _compile_candidate(
+    spec: BenchSpec, backend: Any, model: torch.nn.Module, x: torch.Tensor,
+    reference: torch.Tensor, tol: float, on_cuda: bool, evidence: dict[str, Any],
+    peak: dict[str, int],
+) -> tuple[Any, Any, float]:
+    """Compile the candidate, run it once, check its accuracy and steady-state memory:
+    (compiled, accuracy, compile seconds). Fills `evidence["compile"]` and `peak`."""
+    with _stage("compile"):
+        # A private copy: a backend that rewrites modules in place must not touch the baseline.
+        candidate_model = copy.deepcopy(model)
+        with _Peak(on_cuda) as p_compile:
+            tc = time.perf_counter()
+            compiled = backend.compile(candidate_model, x, spec)
+            if on_cuda:
+                torch.cuda.synchronize()
+            compile_call = time.perf_counter() - tc
+    with _stage("first run"), _Peak(on_cuda) as p_first:
+        tf = time.perf_counter()
+        with torch.inference_mode():
+            candidate_out = compiled.run(x)
+        if on_cuda:
+            torch.cuda.synchronize()
+        first_call = time.perf_counter() - tf
+    # Lazy compilers (torch.compile) do their work in the first call: count it.
+    evidence["compile"] = {"compile_call_seconds": compile_call, "first_call_seconds": first_call}
+    peak["candidate_compile"] = max(p_compile.value, p_first.value) if on_cuda \
+        else p_compile.value + p_first.value
+
+    with _stage("accuracy"):
+        accuracy = compare(candidate_out, reference, tol)
+        del candidate_out
+
+    with _stage("peak memory"):
+        # Steady state, one inference per side, after autotuning and lazy compilation.
+        with _Peak(on_cuda) as p_steady, torch.inference_mode():
+            model(x)
+        peak["baseline"] = p_steady.value if on_cuda else peak["baseline_build"]
+        with _Peak(on_cuda) as p_cand, torch.inference_mode():
+            compiled.run(x)
+        peak["candidate"] = p_cand.value if on_cuda else peak["candidate_compile"]
+    return compiled, accuracy, compile_call + first_call
+
+
 def _measure(
     spec: BenchSpec, backend: Any, device_class: str, started: str, t0: float,
     slow_candidate: float = 0.0,
@@ -256,40 +305,21 @@ def _measure(
         evidence["baseline_accuracy"] = asdict(compare(baseline_out, reference, tol))
         del baseline_out, x32
 
-    with _stage("compile"):
-        # A private copy: a backend that rewrites modules in place must not touch the baseline.
-        candidate_model = copy.deepcopy(model)
-        with _Peak(on_cuda) as p_compile:
-            tc = time.perf_counter()
-            compiled = backend.compile(candidate_model, x, spec)
-            if on_cuda:
-                torch.cuda.synchronize()
-            compile_call = time.perf_counter() - tc
-    with _stage("first run"), _Peak(on_cuda) as p_first:
-        tf = time.perf_counter()
-        with torch.inference_mode():
-            candidate_out = compiled.run(x)
-        if on_cuda:
-            torch.cuda.synchronize()
-        first_call = time.perf_counter() - tf
-    # Lazy compilers (torch.compile) do their work in the first call: count it.
-    compile_seconds = compile_call + first_call
-    evidence["compile"] = {"compile_call_seconds": compile_call, "first_call_seconds": first_call}
-    peak["candidate_compile"] = max(p_compile.value, p_first.value) if on_cuda \
-        else p_compile.value + p_first.value
-
-    with _stage("accuracy"):
-        accuracy = compare(candidate_out, reference, tol)
-        del candidate_out
-
-    with _stage("peak memory"):
-        # Steady state, one inference per side, after autotuning and lazy compilation.
-        with _Peak(on_cuda) as p_steady, torch.inference_mode():
+    side = spec.child_side  # None: both sides here; else one side of a split measurement
+    compiled: Any = None
+    accuracy = None
+    compile_seconds: float | None = None
+    if side != "baseline":
+        compiled, accuracy, compile_seconds = _compile_candidate(
+            spec, backend, model, x, reference, tol, on_cuda, evidence, peak)
+    if side == "candidate":
+        # The candidate runs alone, as deployed: eager's weights leave the process (the
+        # candidate holds its own copy) and eager is never called here.
+        del model
+    elif side == "baseline":
+        with _stage("peak memory"), _Peak(on_cuda) as p_steady, torch.inference_mode():
             model(x)
         peak["baseline"] = p_steady.value if on_cuda else peak["baseline_build"]
-        with _Peak(on_cuda) as p_cand, torch.inference_mode():
-            compiled.run(x)
-        peak["candidate"] = p_cand.value if on_cuda else peak["candidate_compile"]
 
     def baseline_fn() -> torch.Tensor:
         return model(x)
@@ -297,7 +327,7 @@ def _measure(
     def candidate_fn() -> torch.Tensor:
         return compiled.run(x)
 
-    if slow_candidate > 0:
+    if slow_candidate > 0 and side != "baseline":
         evidence["fault"] = {"slow_candidate": slow_candidate}
         fast_fn = candidate_fn
 
@@ -310,32 +340,39 @@ def _measure(
                 pass
             return out
 
+    # The callables this process times: both, or the one side of a split child.
+    timed = {"baseline": baseline_fn, "candidate": candidate_fn} if side is None else \
+        {side: baseline_fn if side == "baseline" else candidate_fn}
     with _stage("cuda graph capture"):
-        base_timed, cand_timed = baseline_fn, candidate_fn
-        graphs = {"baseline": False, "candidate": False}
+        graphs = {name: False for name in timed}
         fallback: str | None = None
         if on_cuda and policy.cuda_graphs:
             # Both sides replay graphs or neither does: a graphed eager against a launched
             # candidate would measure launch overhead on one side only.
-            if not compiled.cuda_graph_safe:
+            if "candidate" in timed and not compiled.cuda_graph_safe:
                 fallback = "the backend says its program cannot be captured"
             else:
                 try:
                     with torch.inference_mode():
-                        base_graphed = capture_cuda_graph(baseline_fn)
-                        cand_graphed = capture_cuda_graph(candidate_fn)
-                    base_timed, cand_timed = base_graphed, cand_graphed
-                    graphs = {"baseline": True, "candidate": True}
+                        captured = {name: capture_cuda_graph(fn) for name, fn in timed.items()}
+                    timed = captured
+                    graphs = {name: True for name in timed}
                 except Exception as exc:
                     fallback = f"capture failed: {one_line(exc)}"
                     torch.cuda.synchronize()
         if fallback is not None:
             evidence["cuda_graphs_fallback"] = fallback
-    mode = "graphs" if graphs["baseline"] and graphs["candidate"] else "nographs"
+    mode = "graphs" if all(graphs.values()) and graphs else "nographs"
 
     nvml_start = fingerprint.collect_nvml() if on_cuda else None
     with _stage("timing"):
-        samples: PairedSamples = time_paired(base_timed, cand_timed, policy, device=spec.device)
+        if side is None:
+            samples = time_paired(timed["baseline"], timed["candidate"], policy,
+                                  device=spec.device)
+        else:
+            samples = time_paired(timed[side], None, policy, device=spec.device)
+            if side == "candidate":
+                samples = replace(samples, baseline_ms=[], candidate_ms=samples.baseline_ms)
     nvml_end = fingerprint.collect_nvml() if on_cuda else None
     evidence["timing"] = {
         "rounds": samples.rounds,
@@ -346,31 +383,32 @@ def _measure(
         "mode": mode,
         "warmup_seconds": samples.warmup_seconds,
         "clock": "cuda_event" if on_cuda else "perf_counter_ns",
+        **({"side": side} if side is not None else {}),
     }
 
     with _stage("statistics"):
-        base_summary = stats.summary(samples.baseline_ms)
-        cand_summary = stats.summary(samples.candidate_ms)
+        base_summary = stats.summary(samples.baseline_ms) if samples.baseline_ms else None
+        cand_summary = stats.summary(samples.candidate_ms) if samples.candidate_ms else None
         speedup = stats.speedup_ci(
             samples.baseline_ms, samples.candidate_ms,
             resamples=policy.bootstrap_resamples, seed=policy.seed,
-        )
+        ) if side is None else None
 
     if on_cuda:
         try:
             evidence["kernels_per_inference"] = {
-                "baseline": count_kernels(baseline_fn),
-                "candidate": count_kernels(candidate_fn),
-            }
+                name: count_kernels(fn) for name, fn in (
+                    ("baseline", baseline_fn), ("candidate", candidate_fn)) if name in graphs}
         except Exception as exc:  # evidence is a bonus; never lose the measurement over it
             evidence["kernels_per_inference_error"] = one_line(exc)
-    evidence.update(compiled.evidence)
+    if compiled is not None:
+        evidence.update(compiled.evidence)
 
     fp = fingerprint.finish(_safe_collect(spec.device), nvml_start, nvml_end)
-    if compiled.versions:
+    if compiled is not None and compiled.versions:
         fp["backend_versions"] = dict(compiled.versions)
     reason = None
-    if not accuracy.passed:
+    if accuracy is not None and not accuracy.passed:
         reason = (f"accuracy: relative L2 error {accuracy.rel_l2:.3g} exceeds the "
                   f"{spec.precision} tolerance {accuracy.tolerance:.3g}")
     return BenchResult(

@@ -70,6 +70,20 @@ class TimingPolicy:
 GPU_TARGET_HALF_WIDTH = 0.003
 
 
+def default_sides(device: str) -> str:
+    """How a cell's two sides share processes when nobody says (`SIDES`).
+
+    CPU: "split". Next to a candidate running between its calls, eager ran slower than
+    alone and slower beside ONNX Runtime constant than beside ONNX Runtime tensor (up to
+    29% on a 32 MiB-L3 CPU, about 10% at batch 1 on this project's 260 MiB-L3 one), which
+    moved constant-vs-tensor speedups by the artefact; timed alone, each side runs as it is
+    deployed. GPU: "paired". On an H100 eager's median agreed within 0.1% beside frozen and
+    unfrozen inductor (ResNet50 fp16), and pairing rounds in one process gives intervals
+    of 0.02-0.2% that separate processes could not.
+    """
+    return "paired" if device == "cuda" else "split"
+
+
 def default_timing(device: str) -> TimingPolicy:
     """The timing a cell gets when nobody says otherwise (service cells, `speedwatch bench`).
 
@@ -131,6 +145,11 @@ class BenchSpec:
         ]:
             if not isinstance(value, int) or not lo <= value <= hi:
                 raise SpecError(f"{name}: {value!r} must be an integer in [{lo}, {hi}]")
+        if self.sides not in SIDES:
+            raise SpecError(f"options.sides: {self.sides!r} is not one of {', '.join(SIDES)}")
+        if self.child_side is not None and self.child_side not in CHILD_SIDES:
+            raise SpecError(f"options.{SIDE_OPTION}: {self.child_side!r} is not one of "
+                            f"{', '.join(CHILD_SIDES)}")
         target = self.timing.target_half_width
         if not isinstance(target, (int, float)) or not 0 <= target < 0.5:
             raise SpecError(f"timing.target_half_width: {target!r} must be a number in [0, 0.5)")
@@ -155,6 +174,17 @@ class BenchSpec:
         """CPU threads both sides use (runner option), None for the library's default."""
         value = self.options.get("threads")
         return None if value is None else int(value)
+
+    @property
+    def sides(self) -> str:
+        """"split" when each side is timed in processes of its own, else "paired"."""
+        return str(self.options.get("sides", "paired"))
+
+    @property
+    def child_side(self) -> str | None:
+        """The one side a child of a split measurement times, None for both."""
+        side = self.options.get(SIDE_OPTION)
+        return None if side is None else str(side)
 
     @property
     def requested_timing_mode(self) -> str:
@@ -205,6 +235,20 @@ class BenchSpec:
 
 
 TIMING_MODES = ("graphs", "nographs")
+
+# How the two sides share processes (spec option "sides"; absent = "paired"):
+# - "paired": both sides in every process, rounds alternating (benchmarks.timing.time_paired).
+# - "split": each process times ONE side, the other is never run there; processes of the
+#   two sides alternate (baseline, candidate, candidate, baseline, ...) and adjacent ones
+#   are paired. Eager then runs as it is deployed, alone: next to a candidate that runs
+#   between its calls, eager on this project's CPUs ran up to 29% slower beside ONNX
+#   Runtime constant than beside ONNX Runtime tensor, an artefact inside the speedup.
+#   The option is in the series key (a change of design starts a new series).
+SIDES = ("paired", "split")
+# Harness-internal option: the side a child process of a split measurement times. Never
+# in a stored result's spec (the merged result carries the cell's own spec).
+SIDE_OPTION = "_side"
+CHILD_SIDES = ("baseline", "candidate")
 # Spec options that only steer the harness or tests, never what is measured.
 _NOT_MEASUREMENT_OPTIONS = {"threads"}
 
@@ -212,11 +256,13 @@ _NOT_MEASUREMENT_OPTIONS = {"threads"}
 def measurement_options(options: dict[str, Any]) -> str:
     """Options that change what is measured, as one stable key segment ("" for none).
 
-    `threads` has its own segment; options starting with "_" are test-only faults.
+    `threads` has its own segment; options starting with "_" are harness-internal (test
+    faults, the side a split child times); `sides=paired`, the default, adds nothing.
     """
     items = sorted(
         (str(k), v) for k, v in options.items()
         if k not in _NOT_MEASUREMENT_OPTIONS and not str(k).startswith("_")
+        and not (k == "sides" and v == "paired")  # the default design: no segment
     )
     return ",".join(f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
                     for k, v in items)

@@ -134,9 +134,12 @@ def _check_args(resamples: int, confidence: float) -> None:
 
 def _bootstrap_ratios(
     baseline_rounds: Rounds, candidate_rounds: Rounds, resamples: int, seed: int,
+    paired: bool = True,
 ) -> tuple[float, npt.NDArray[np.float64]]:
-    """The point speedup and its paired round-bootstrap replicates."""
-    if len(baseline_rounds) != len(candidate_rounds):
+    """The point speedup and its round-bootstrap replicates: paired (the same round
+    indices for both sides), or, for sides timed in separate processes, each side's
+    rounds resampled on their own."""
+    if paired and len(baseline_rounds) != len(candidate_rounds):
         raise StatsError(
             f"paired rounds differ in number: baseline {len(baseline_rounds)}, "
             f"candidate {len(candidate_rounds)}"
@@ -144,10 +147,11 @@ def _bootstrap_ratios(
     base = _as_matrix(baseline_rounds, "baseline")
     cand = _as_matrix(candidate_rounds, "candidate")
     value = float(np.median(_pooled(baseline_rounds)) / np.median(_pooled(candidate_rounds)))
-    n_rounds = len(baseline_rounds)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n_rounds, size=(resamples, n_rounds))
-    ratios = _resampled_medians(base, idx) / _resampled_medians(cand, idx)
+    n_base, n_cand = len(baseline_rounds), len(candidate_rounds)
+    idx = rng.integers(0, n_base, size=(resamples, n_base))
+    idx_cand = idx if paired else rng.integers(0, n_cand, size=(resamples, n_cand))
+    ratios = _resampled_medians(base, idx) / _resampled_medians(cand, idx_cand)
     return value, np.asarray(ratios, dtype=np.float64)
 
 
@@ -158,15 +162,18 @@ def speedup_ci(
     resamples: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    paired: bool = True,
 ) -> Speedup:
-    """Speedup (baseline median / candidate median) with a paired round bootstrap CI.
+    """Speedup (baseline median / candidate median) with a round bootstrap CI: paired,
+    or unpaired for sides timed in separate processes.
 
     The percentile interval is widened to contain the point estimate if it does not (it can
     miss by a hair with very few rounds); a CI that excludes its own estimate would be
     rejected by `BenchResult.check` and means nothing to a reader.
     """
     _check_args(resamples, confidence)
-    value, ratios = _bootstrap_ratios(baseline_rounds, candidate_rounds, resamples, seed)
+    value, ratios = _bootstrap_ratios(baseline_rounds, candidate_rounds, resamples, seed,
+                                      paired)
     alpha = (1 - confidence) / 2
     low, high = np.quantile(ratios, [alpha, 1 - alpha])
     return Speedup(
@@ -174,7 +181,7 @@ def speedup_ci(
         ci_low=float(min(low, value)),
         ci_high=float(max(high, value)),
         confidence=confidence,
-        method="paired-round-bootstrap",
+        method="paired-round-bootstrap" if paired else "round-bootstrap",
     )
 
 
@@ -187,12 +194,16 @@ def combine_processes(
     resamples: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    paired: bool = True,
 ) -> Speedup:
-    """One speedup from k independent processes' paired rounds (baseline, candidate).
+    """One speedup from k independent processes' rounds (baseline, candidate).
 
     Process j's bootstrap uses seed + j, the seed its own child used for its own CI, so the
     first process alone reproduces a single-process run. See the module docstring for why
     the interval is t-based variance components rather than a two-level bootstrap.
+    `paired=False`: each unit is a pair of adjacent processes, one per side (a split
+    measurement); the within-unit variance then comes from resampling each side's rounds
+    on their own, and the between-unit variance holds the process-to-process noise of both.
     """
     _check_args(resamples, confidence)
     k = len(per_process)
@@ -200,11 +211,12 @@ def combine_processes(
         raise StatsError("no processes")
     if k == 1:
         base, cand = per_process[0]
-        return speedup_ci(base, cand, resamples=resamples, confidence=confidence, seed=seed)
+        return speedup_ci(base, cand, resamples=resamples, confidence=confidence, seed=seed,
+                          paired=paired)
     logs, within = [], []
     for j, (base, cand) in enumerate(per_process):
         try:
-            value_j, ratios = _bootstrap_ratios(base, cand, resamples, seed + j)
+            value_j, ratios = _bootstrap_ratios(base, cand, resamples, seed + j, paired)
         except StatsError as exc:
             raise StatsError(f"process {j + 1}: {exc}") from None
         logs.append(np.log(value_j))

@@ -96,7 +96,7 @@ class _CudaRoundTimer:
 
 def time_paired(
     baseline: Fn,
-    candidate: Fn,
+    candidate: Fn | None,
     policy: TimingPolicy,
     *,
     device: str,
@@ -109,6 +109,11 @@ def time_paired(
     `policy.max_seconds` of timing wall time have passed and at least `policy.min_rounds`
     rounds exist. Callers pass callables
     already wrapped by `capture_cuda_graph` when they want graphs.
+
+    `candidate=None`: one side of a split measurement (benchmarks.spec.SIDES), a process
+    that times one callable and never runs the other; the same warm-up, rounds and
+    stopping rule, `candidate_ms` empty. Its rounds are paired with those of the adjacent
+    process of the other side, not within this process.
     """
     iters = max(1, policy.iters_per_round)
     on_cuda = device == "cuda"
@@ -118,7 +123,8 @@ def time_paired(
         done_warmup = 0
         while done_warmup < policy.warmup_iters or clock() - warm_start < policy.warmup_seconds:
             baseline()
-            candidate()
+            if candidate is not None:
+                candidate()
             done_warmup += 1
             if done_warmup >= policy.warmup_iters:
                 sync()  # a GPU queue must drain before the clock says the time is up
@@ -132,7 +138,9 @@ def time_paired(
         start = clock()
         stopped_by = "rounds"
         for r in range(max(1, policy.rounds)):
-            if r % 2 == 0:
+            if candidate is None:
+                base_rounds.append(timer(baseline, iters))
+            elif r % 2 == 0:
                 base_rounds.append(timer(baseline, iters))
                 cand_rounds.append(timer(candidate, iters))
             else:
@@ -154,3 +162,4 @@ def time_paired(
         stopped_by=stopped_by,
         warmup_seconds=warmup_seconds,
     )
+

@@ -78,6 +78,9 @@ def register(cli: typer.Typer) -> None:
         threshold: float = typer.Option(
             0.03, min=0.001, max=0.5, help="The regression threshold the measurement must "
             "be precise enough to judge at."),
+        sides: str | None = typer.Option(
+            None, help="split: each side timed alone in processes of its own (default on "
+            "cpu with --isolate); paired: both sides in every process (default on cuda)."),
         option: list[str] = typer.Option([], "--option", help="Backend option key=value "
                                          "(repeatable; JSON values keep their type)."),
         json_out: Path | None = typer.Option(None, "--json", help="Write results here."),
@@ -85,7 +88,7 @@ def register(cli: typer.Typer) -> None:
         """Measure eager vs optimized backends, paired and interleaved; print a summary."""
         from dataclasses import replace
 
-        from benchmarks.spec import BenchSpec, default_timing
+        from benchmarks.spec import BenchSpec, default_sides, default_timing
 
         try:
             given: dict[str, Any] = {
@@ -107,8 +110,20 @@ def register(cli: typer.Typer) -> None:
             if processes > 1 and not isolate:
                 raise BadInput("--processes > 1 needs --isolate: repeats inside one process "
                                "share compile caches and are not independent")
+            options = parse_options(option)
+            # One process cannot keep the sides apart: without isolation the default is paired.
+            chosen = sides or str(options.get("sides") or (
+                default_sides(device) if isolate else "paired"))
+            if chosen not in ("paired", "split"):
+                raise BadInput(f"--sides: {chosen!r} is not paired or split")
+            options.pop("sides", None)
+            if chosen == "split":
+                if not isolate:
+                    raise BadInput("--sides split times each side in processes of its own: "
+                                   "it needs --isolate (or --sides paired)")
+                options["sides"] = "split"
             base = BenchSpec(device=device, width=width, image_size=image_size,
-                             num_classes=num_classes, seed=seed, options=parse_options(option),
+                             num_classes=num_classes, seed=seed, options=options,
                              timing=policy)
             specs = build_matrix(models=model, backends=backend, weights=weights,
                                  precisions=precision, batches=batch, shapes=shape, base=base)

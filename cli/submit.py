@@ -65,6 +65,7 @@ class MatrixOptions:
     image_size: int | None = None
     width: int | None = None
     threads: int | None = None
+    sides: str | None = None
     timing: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -79,6 +80,8 @@ class MatrixOptions:
             body["width"] = self.width
         if self.threads is not None:
             body["threads"] = self.threads
+        if self.sides is not None:
+            body["sides"] = self.sides
         timing = {k: v for k, v in self.timing.items() if v is not None}
         if timing:
             body["timing"] = timing
@@ -131,6 +134,10 @@ def submit(
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
     threads: int | None = typer.Option(
         None, help="CPU threads for both sides (1 = steadier timings on a shared host)."),
+    sides: str | None = typer.Option(
+        None, help="split: each side timed alone in processes of its own (server default "
+        "on the CPU); paired: both sides in every process (default on a GPU). A change "
+        "starts a new series."),
     rounds: int | None = typer.Option(None, help="Timing rounds per process (at most)."),
     iters_per_round: int | None = typer.Option(None, help="Inferences per round."),
     warmup: int | None = typer.Option(None, help="Warm-up inferences."),
@@ -161,8 +168,10 @@ def submit(
     """Trigger a benchmark run; with --wait, exit 0 on pass, 1 on regression, 2 on error,
     3 when inconclusive (not decided within the timing budget)."""
     try:
+        if sides is not None and sides not in ("paired", "split"):
+            raise _fail(f"--sides: {sides!r} is not paired or split")
         matrix = MatrixOptions(device=device, image_size=image_size, width=width,
-                               threads=threads)
+                               threads=threads, sides=sides)
         for attr, values in (("models", model), ("backends", backend), ("weights", weights),
                              ("precisions", precision), ("shape_modes", shape_mode)):
             if values:
@@ -228,6 +237,9 @@ def demo(
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
     threads: int = typer.Option(
         1, help="CPU threads for both sides; 1 keeps the two sides from fighting over cores."),
+    sides: str | None = typer.Option(
+        None, help="split (each side alone in its processes; CPU default) or paired (both "
+        "in every process; GPU default)."),
     rounds: int | None = typer.Option(None, help="Timing rounds per process (at most)."),
     iters_per_round: int | None = typer.Option(None, help="Inferences per round."),
     warmup: int | None = typer.Option(None, help="Warm-up inferences."),
@@ -254,6 +266,8 @@ def demo(
     """
     if device not in ("cpu", "cuda"):
         raise _fail(f"--device: {device!r} is not cpu or cuda")
+    if sides is not None and sides not in ("paired", "split"):
+        raise _fail(f"--sides: {sides!r} is not paired or split")
     if not _port_free(host, port):
         raise _fail(f"port {port} on {host} is in use; pass --port")
     data_dir = data_dir.resolve()
@@ -284,7 +298,7 @@ def demo(
         weights=_split([weights]),
         precisions=_split([precision]) if precision else (["fp16"] if on_gpu else ["fp32"]),
         batch_sizes=[int(b) for b in _split([batch])], device=device, image_size=image_size,
-        width=width, threads=None if on_gpu else threads,
+        width=width, threads=None if on_gpu else threads, sides=sides,
         timing={"rounds": rounds, "iters_per_round": iters_per_round, "warmup_iters": warmup,
                 "min_rounds": min(rounds, 5) if rounds is not None else None,
                 "cuda_graphs": cuda_graphs, "max_seconds": max_seconds,

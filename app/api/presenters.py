@@ -66,6 +66,7 @@ def cell_public(cell: Cell, result: Result | None) -> CellPublic:
         error=cell.error,
         spec=CellSpecPublic(**{k: spec[k] for k in CellSpecPublic.model_fields if k in spec},
                             threads=(spec.get("options") or {}).get("threads"),
+                            sides=str((spec.get("options") or {}).get("sides", "paired")),
                             cuda_graphs=bool(timing.get("cuda_graphs", True)),
                             processes=int(timing.get("processes", 1)),
                             max_processes=int(timing.get("max_processes", 0)),

@@ -104,6 +104,9 @@ def check_result_document(result: BenchResult, field: str = "result") -> tuple[B
         spec = BenchSpec.from_dict(result.spec).validate()
     except (SpecError, TypeError) as exc:
         raise InvalidRequest(f"{field}.spec", str(exc)) from None
+    if spec.child_side is not None:
+        raise InvalidRequest(f"{field}.spec.options._side", "one side of a split measurement "
+                             "is not a result: merge the processes of both sides first")
     try:
         parse_series_key(result.series_key)
     except SpecError as exc:

@@ -43,7 +43,7 @@ from app.services.common import (
     spec_hash,
 )
 from benchmarks.result import BenchResult
-from benchmarks.spec import BenchSpec, SpecError, default_timing
+from benchmarks.spec import BenchSpec, SpecError, default_sides, default_timing
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,14 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
         base = replace(base, image_size=matrix.image_size)
     if matrix.width is not None:
         base = replace(base, width=matrix.width)
+    options: dict[str, Any] = {}
     if matrix.threads is not None:
-        base = replace(base, options={"threads": matrix.threads})
+        options["threads"] = matrix.threads
+    sides = matrix.sides or default_sides(spec_device)
+    if sides != "paired":  # the default design leaves no trace in the spec or the key
+        options["sides"] = sides
+    if options:
+        base = replace(base, options=options)
 
     axes = [
         _unique(matrix.models),

@@ -182,7 +182,8 @@ def test_compare_reports_shared_series_change_and_ci_overlap(
 ) -> None:
     def measured_run(revision: str, speedups: dict[str, float]) -> int:
         body = run_request(revision=revision, matrix={"backends": ["onnxruntime", "inductor"],
-                                                      "weights": ["constant"]})
+                                                      "weights": ["constant"],
+                                                      "sides": "paired"})
         run = client.post("/api/v1/runs", json=body, headers=bearer(ci_token)).json()
         for cell in run["cells"]:
             backend = cell["spec"]["backend"]

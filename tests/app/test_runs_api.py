@@ -38,7 +38,9 @@ def test_a_trigger_stores_one_queued_cell_per_matrix_point(
     assert run["progress"] == {"total": 8, "queued": 8, "running": 0, "done": 0, "failed": 0,
                                "skipped": 0}
     keys = {cell["series_key"] for cell in run["cells"]}
-    assert "resnet18-w8-i32/inductor/tensor/fp32/bs4/static/cpu/tauto/nographs" in keys
+    # a CPU cell's sides are timed in processes of their own by default (key segment)
+    assert "resnet18-w8-i32/inductor/tensor/fp32/bs4/static/cpu/tauto/nographs/sides=split" \
+        in keys
     assert len(keys) == 8
     assert {cell["queue"] for cell in run["cells"]} == {"cpu"}
     assert run["environment"]["pins"] == ["onnxruntime==1.22.0"]
@@ -52,9 +54,22 @@ def test_a_thread_count_reaches_every_cell_spec_as_the_runner_option(
     assert run["cells"] and all(c["spec"]["threads"] == 1 for c in run["cells"])
     stored = session.scalars(select(Cell).where(Cell.run_id == run["id"])).all()
     assert len(stored) == len(run["cells"])
-    assert all(c.spec["options"] == {"threads": 1} for c in stored)
+    assert all(c.spec["options"] == {"threads": 1, "sides": "split"} for c in stored)
+    assert all(c["spec"]["sides"] == "split" for c in run["cells"])
     unset = post_run(client, ci_token, run_request(revision="other")).json()
     assert all(c["spec"]["threads"] is None for c in unset["cells"])
+
+
+def test_the_design_of_a_cell_is_the_devices_default_unless_the_matrix_names_one(
+    client: TestClient, ci_token: str, session: Session
+) -> None:
+    paired = post_run(client, ci_token, run_request(
+        revision="paired", matrix={"backends": ["eager"], "sides": "paired"})).json()
+    assert all(c["spec"]["sides"] == "paired" for c in paired["cells"])
+    assert all(not c["series_key"].endswith("/sides=split") for c in paired["cells"])
+    bad = post_run(client, ci_token, run_request(
+        revision="bad", matrix={"backends": ["eager"], "sides": "both"}))
+    assert bad.status_code == 422 and "sides" in bad.text
 
 
 def test_refit_combinations_outside_tensorrt_are_left_out(
@@ -268,7 +283,12 @@ def test_broker_outage_answers_503_keeps_the_run_and_a_retry_sends_its_cells(
         assert session.scalar(select(func.count()).select_from(Cell).where(
             Cell.enqueued_at.is_(None))) == 0
         with celery_for(up).connection_for_write() as conn:
-            assert conn.default_channel.client.llen(queue) == 2
+            # one message: a run's cells on one queue travel as a group
+            import json
+
+            messages = conn.default_channel.client.lrange(queue, 0, -1)
+            assert [json.loads(m)["headers"]["task"] for m in messages] == [
+                "speedwatch.run_cells"]
     finally:
         with celery_for(up).connection_for_write() as conn:
             conn.default_channel.client.delete(queue)

@@ -57,7 +57,7 @@ def test_two_projects_measuring_the_same_matrix_keep_separate_series(
     # Project a: a triggered run (a worker's result) then an ingested one; project b posts
     # the same spec in between, faster. Neither may become the other's point or latest.
     run = client.post("/api/v1/runs", headers=bearer(ci_token), json=run_request(
-        project="a", matrix={"weights": ["constant"]})).json()
+        project="a", matrix={"weights": ["constant"], "sides": "paired"})).json()
     (cell,) = run["cells"]
     spec = run_service.claim_cell(session, cell["id"])
     assert spec is not None

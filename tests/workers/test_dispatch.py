@@ -22,7 +22,8 @@ def test_cells_land_in_their_queue_as_bare_ids() -> None:
     queue = f"cpu-dispatch-{secrets.token_hex(4)}"
     client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
     try:
-        enqueue_cells([(11, queue), (12, queue)], _celery_settings(queue))
+        settings = _celery_settings(queue).model_copy(update={"interleave_cells": 1})
+        enqueue_cells([(11, queue), (12, queue)], settings)
         assert client.llen(queue) == 2
         import json
 

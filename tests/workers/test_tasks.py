@@ -101,7 +101,8 @@ def test_the_cells_a_run_sends_together_take_turns_and_each_is_stored_when_done(
     from app.services.runs import create_run
     from workers.tasks import execute_cells
 
-    request = tiny_request(revision="together", weights=["constant", "tensor"])
+    request = tiny_request(revision="together", weights=["constant", "tensor"],
+                           project="together")
     request["matrix"]["timing"] = {**TINY_TIMING, "processes": 2, "max_processes": 2}
     run, _ = create_run(session, RunCreate.model_validate(request), settings=settings)
     session.commit()
