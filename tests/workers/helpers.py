@@ -13,9 +13,10 @@ from app.services.common import spec_hash
 from app.services.runs import create_run
 from benchmarks.spec import BenchSpec
 
-# One process per cell and no time-based warm-up: these tests are about the life cycle of
-# cells, not about timing (adaptive measurement has its own tests, and the end-to-end test
-# keeps the default timing).
+# One process per cell, both sides in it (sides "paired", not the CPU default "split",
+# which takes two) and no time-based warm-up: these tests are about the life cycle of
+# cells, not about timing (adaptive measurement and split sides have their own tests, and
+# the end-to-end tests keep the defaults).
 TINY_TIMING = {"warmup_iters": 1, "rounds": 3, "min_rounds": 2, "iters_per_round": 2,
                "bootstrap_resamples": 200, "processes": 1, "max_processes": 1,
                "warmup_seconds": 0}
@@ -33,7 +34,7 @@ def tiny_request(
         "project": project, "revision": revision, "environment": environment,
         "matrix": {"models": ["resnet18"], "backends": backends or ["onnxruntime"],
                    "weights": weights or ["constant"], "width": 8, "image_size": 32,
-                   "timing": TINY_TIMING},
+                   "sides": "paired", "timing": TINY_TIMING},
     }
 
 
