@@ -191,21 +191,9 @@ def main() -> int:
             t0 = time.monotonic()
             code, _ = cli(*submit, *matrix, *extra, env=env, log=log)
             summary["runs"][name] = {"exit": code, "wall_s": time.monotonic() - t0}
+            collect(url, summary, out)  # after each run: a host taken away keeps what was done
             save()
-        runs = httpx.get(f"{url}/api/v1/runs", params={"limit": 50}, timeout=30).json()["items"]
-        details = {}
-        for item in runs:
-            detail = httpx.get(f"{url}/api/v1/runs/{item['id']}", timeout=30).json()
-            details[item["id"]] = detail
-            summary.setdefault("all_runs", {})[item["id"]] = {
-                "kind": detail["kind"], "revision": detail["revision"],
-                "verdict": detail["verdict"], "reasons": detail["reasons"],
-                "cells": cell_rows(detail)}
-        (out / "runs.json").write_text(json.dumps(details, indent=1))
-        regressions = httpx.get(f"{url}/api/v1/regressions", timeout=30).json()["items"]
-        summary["regressions"] = [{k: r[k] for k in ("series_key", "status", "magnitude",
-                                                       "evidence", "reasons")}
-                                  for r in regressions]
+            write_markdown(summary, out / "summary.md")
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -215,6 +203,24 @@ def main() -> int:
     write_markdown(summary, out / "summary.md")
     print((out / "summary.md").read_text())
     return 0
+
+
+def collect(url: str, summary: dict[str, Any], out: Path) -> None:
+    """Every run and regression as the API returns them, into OUT/runs.json and the summary."""
+    runs = httpx.get(f"{url}/api/v1/runs", params={"limit": 50}, timeout=30).json()["items"]
+    details = {}
+    for item in runs:
+        detail = httpx.get(f"{url}/api/v1/runs/{item['id']}", timeout=30).json()
+        details[item["id"]] = detail
+        summary.setdefault("all_runs", {})[item["id"]] = {
+            "kind": detail["kind"], "revision": detail["revision"],
+            "verdict": detail["verdict"], "reasons": detail["reasons"],
+            "cells": cell_rows(detail)}
+    (out / "runs.json").write_text(json.dumps(details, indent=1))
+    regressions = httpx.get(f"{url}/api/v1/regressions", timeout=30).json()["items"]
+    summary["regressions"] = [{k: r[k] for k in ("series_key", "status", "magnitude",
+                                                   "evidence", "reasons")}
+                              for r in regressions]
 
 
 def write_markdown(summary: dict[str, Any], path: Path) -> None:
