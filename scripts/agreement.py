@@ -45,7 +45,8 @@ def matrix_args(reverse: bool, args: argparse.Namespace, *, bench: bool = False)
     return ["--model", args.model, "--backend", args.backend,
             "--weights", order("constant,tensor"), "--batch", order(args.batch),
             "--image-size", str(args.image_size),
-            *(["--option", "threads=1"] if bench else ["--threads", "1"])]
+            *(["--option", "threads=1"] if bench else ["--threads", "1"]),
+            *(["--sides", args.sides] if args.sides else [])]
 
 
 def speedwatch(*argv: str, env: dict[str, str], log: Path) -> subprocess.CompletedProcess[str]:
@@ -200,6 +201,8 @@ def main() -> int:
     parser.add_argument("--backend", default="onnxruntime")
     parser.add_argument("--batch", default="1,2,4,8,16")
     parser.add_argument("--image-size", type=int, default=128)
+    parser.add_argument("--sides", choices=("paired", "split"), default=None,
+                        help="how each cell times its two sides (default: the device's)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "cli.log"
