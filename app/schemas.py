@@ -6,6 +6,7 @@ response is built from one of these classes, never from a storage object directl
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -47,7 +48,24 @@ ShapeModeName = Annotated[str, _one_of(SHAPE_MODES), _enum(SHAPE_MODES)]
 # Ids are PostgreSQL `integer`s: a larger number in a path or cursor is a 422, not a 500.
 ID_MAX = 2**31 - 1
 
-Label = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# What a label may not hold: C0/C1 controls, and characters that make it display as
+# something else (zero-width, bidi embeddings/overrides/isolates, line separators, BOM).
+LABEL_FORBIDDEN = (r"\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+                   r"\u2060-\u2069\ufeff")
+_LABEL_FORBIDDEN_RE = re.compile(f"[{LABEL_FORBIDDEN}]")
+
+
+def _plain_label(value: str) -> str:
+    bad = _LABEL_FORBIDDEN_RE.search(value)
+    if bad:
+        raise ValueError(f"must not contain control, zero-width or bidi-override characters "
+                         f"(U+{ord(bad.group()):04X} at position {bad.start()})")
+    return value
+
+
+Label = Annotated[str, Field(min_length=1, max_length=200,
+                             json_schema_extra={"pattern": f"^[^{LABEL_FORBIDDEN}]+$"}),
+                  AfterValidator(_plain_label)]
 ProjectName = Annotated[
     str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 ]

@@ -31,8 +31,9 @@ WRITES: dict[tuple[str, str], str] = {
     # what counts as a regression: not for every pipeline's ci token to loosen
     ("PUT", "/api/v1/projects/{name}/detection"): "admin",
 }
-# GET routes anyone may call: probes, metrics scrapes and the API's own documentation.
-PUBLIC_READS = {"/healthz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect",
+# GET routes anyone may call: probes and the API's own documentation (`/metrics` is a read:
+# run counts and the route list are not for everyone when reads are private).
+PUBLIC_READS = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
                 "/redoc", "/static/dashboard.{name}", "/static/plotly.min.js"}
 # GET routes that need more than `read`, public reads or not.
 PRIVILEGED_READS: dict[str, str] = {"/api/v1/tokens": "admin"}
@@ -81,8 +82,10 @@ def test_every_write_route_has_a_decided_scope() -> None:
 
 GUARDED_READS = sorted({path for method, path in ROUTES if method == "GET"} - PUBLIC_READS)
 # Dashboard pages: a browser sends the token as the page's cookie, not a bearer header.
-GUARDED_PAGES = [path for path in GUARDED_READS if not path.startswith("/api/")]
-GUARDED_API_READS = [path for path in GUARDED_READS if path.startswith("/api/")]
+# Machine reads (the API, Prometheus' scrape) send a bearer header.
+MACHINE_READS = ("/api/", "/metrics")
+GUARDED_PAGES = [path for path in GUARDED_READS if not path.startswith(MACHINE_READS)]
+GUARDED_API_READS = [path for path in GUARDED_READS if path.startswith(MACHINE_READS)]
 
 
 @pytest.fixture

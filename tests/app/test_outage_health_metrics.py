@@ -70,7 +70,7 @@ def test_metrics_count_requests_by_route_template_and_runs_by_status(
                          headers=bearer(ci_token)).json()["id"]
     client.get(f"/api/v1/runs/{run_id}", headers=bearer(read_token))
     client.get("/api/v1/runs/424242", headers=bearer(read_token))
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=bearer(read_token)).text
     assert ('speedwatch_http_requests_total{method="GET",route="/api/v1/runs/{run_id}",'
             'status="200"} 1.0') in text
     assert ('speedwatch_http_requests_total{method="GET",route="/api/v1/runs/{run_id}",'

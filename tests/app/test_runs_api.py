@@ -139,6 +139,10 @@ BAD_REQUESTS = [
     ({"matrix": {"colour": "red"}}, "matrix.colour", "unknown field"),
     ({"priority": 1}, "priority", "unknown field"),
     ({"revision": ""}, "revision", "at least 1 character"),
+    # display spoofing: a right-to-left override, a zero-width space, a C1 control
+    ({"revision": "abc\u202edcba"}, "revision", "bidi-override characters (U+202E"),
+    ({"revision": "v1\u200b.2"}, "revision", "(U+200B at position 2)"),
+    ({"branch": "main\x85"}, "branch", "(U+0085"),
     ({"environment": {}}, "environment", "exactly one of pins or interpreter"),
     ({"environment": {"pins": ["onnxruntime==1.22"], "interpreter": "x"}}, "environment",
      "exactly one"),

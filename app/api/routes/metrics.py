@@ -1,4 +1,7 @@
-"""Prometheus exposition: request counters/latency plus runs and cells by status."""
+"""Prometheus exposition: request counters/latency plus runs and cells by status.
+
+It follows the read policy: with private reads a scrape needs a `read` token (Prometheus'
+`authorization` setting), since run and cell counts and the route list are not public."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import func, select
 
+from app.api.deps import ReadAccess
 from app.api.middleware import Metrics
 from app.models import CELL_STATUSES, RUN_STATUSES, Cell, Run
 
@@ -14,7 +18,7 @@ router = APIRouter(tags=["health"])
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics",
             responses={200: {"content": {"text/plain": {}}}})
-def metrics(request: Request) -> Response:
+def metrics(request: Request, _: ReadAccess) -> Response:
     registry: Metrics = request.app.state.metrics
     try:
         with request.app.state.sessionmaker() as session:
