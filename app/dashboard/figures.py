@@ -4,6 +4,11 @@ Each builder returns a `Chart`: the figure, or the reason there is none, so a pa
 why a chart is empty instead of showing blank axes. Figures are plain dicts rather than
 plotly.graph_objects: validating 10k points through graph_objects costs more than the whole
 page budget, and the browser's Plotly.js only needs the JSON.
+
+Every string a user supplied (revisions, installed versions, evidence, series labels) goes
+through `plotly_text` before it enters a figure: Plotly draws text as its own mini-HTML
+(`<a href>`, `<b>`, `<br>`...) in axes, hover labels and annotations, where Jinja's
+escaping does not reach.
 """
 
 from __future__ import annotations
@@ -71,8 +76,8 @@ def _entries(trace: SeriesTrace) -> list[_Entry]:
     out = []
     versions: dict[tuple[tuple[str, str], ...], str] = {}
     for b in trace.older:
-        x = (b.first_revision if b.first_revision == b.last_revision
-             else f"{b.first_revision}…{b.last_revision}")
+        x = plotly_text(b.first_revision if b.first_revision == b.last_revision
+                        else f"{b.first_revision}…{b.last_revision}")
         out.append(_Entry(
             x, b.first_created_at, b.speedup_mean, b.ci_low_min, b.ci_high_max,
             b.baseline_median_ms_mean, b.candidate_median_ms_mean,
@@ -82,11 +87,11 @@ def _entries(trace: SeriesTrace) -> list[_Entry]:
         items = tuple(sorted(p.installed_versions.items()))
         text = versions.get(items)
         if text is None:
-            text = versions[items] = versions_text(p.installed_versions)
+            text = versions[items] = plotly_text(versions_text(p.installed_versions))
         out.append(_Entry(
-            p.revision, p.created_at, p.speedup, p.ci_low, p.ci_high, p.baseline_median_ms,
-            p.candidate_median_ms, p.created_at.strftime("%Y-%m-%d %H:%M UTC"), text,
-            f"run {p.run_id}"))
+            plotly_text(p.revision), p.created_at, p.speedup, p.ci_low, p.ci_high,
+            p.baseline_median_ms, p.candidate_median_ms,
+            p.created_at.strftime("%Y-%m-%d %H:%M UTC"), text, f"run {p.run_id}"))
     return out
 
 
@@ -97,6 +102,12 @@ class Marker:
     result_id: int
     status: str
     text: str
+
+
+def plotly_text(value: str) -> str:
+    """The value as Plotly shows it literally: its tags become entities, which Plotly
+    decodes for display, so a label can neither link out nor restyle the chart."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _colour(label: str, index: int) -> str:
@@ -179,17 +190,19 @@ def speedup_figure(
     if marked:
         data.append({
             "type": "scatter", "mode": "markers", "name": "regression",
-            "x": [p.revision for _, (_, p) in marked], "y": [p.speedup for _, (_, p) in marked],
+            "x": [plotly_text(p.revision) for _, (_, p) in marked],
+            "y": [p.speedup for _, (_, p) in marked],
             "marker": {"symbol": "x-thin-open", "size": 18, "color": REGRESSION_COLOUR,
                        "line": {"width": 3, "color": REGRESSION_COLOUR}},
-            "text": [f"regression ({m.status}), weights {label}: {m.text}"
+            "text": [plotly_text(f"regression ({m.status}), weights {label}: {m.text}")
                      for m, (label, _) in marked],
             "hovertemplate": "%{text}<extra></extra>",
         })
     shapes: list[Figure] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
                              "line": {"color": "#999999", "width": 1, "dash": "dot"}}]
     annotations: list[Figure] = []
-    for label, cp in change_points:
+    for revision, cp in change_points:
+        label = plotly_text(revision)
         colour = REGRESSION_COLOUR if cp.direction == "regression" else IMPROVEMENT_COLOUR
         shapes.append({"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": label,
                        "x1": label, "line": {"color": colour, "width": 1.5, "dash": "dash"}})
@@ -262,7 +275,7 @@ def estimates_figure(estimates: Sequence[Estimate], *, empty_reason: str) -> Cha
                for e in estimates]
     data = [{
         "type": "scatter", "mode": "markers", "orientation": "h",
-        "y": [e.label for e in estimates], "x": [e.speedup for e in estimates],
+        "y": [plotly_text(e.label) for e in estimates], "x": [e.speedup for e in estimates],
         "error_x": {"type": "data", "symmetric": False,
                     "array": [e.ci_high - e.speedup for e in estimates],
                     "arrayminus": [e.speedup - e.ci_low for e in estimates],
@@ -301,7 +314,7 @@ def changes_figure(changes: Sequence[Change], *, empty_reason: str) -> Chart:
         else NEUTRAL_COLOUR for c in changes
     ]
     data = [{
-        "type": "bar", "orientation": "h", "y": [c.label for c in changes],
+        "type": "bar", "orientation": "h", "y": [plotly_text(c.label) for c in changes],
         "x": [c.change * 100 for c in changes], "marker": {"color": colours},
         "text": ["significant" if c.significant else "within noise" for c in changes],
         "hovertemplate": "%{y}<br>change %{x:+.1f}%<br>%{text}<extra></extra>",
@@ -325,7 +338,7 @@ def magnitudes_figure(labels: Sequence[str], magnitudes: Sequence[float],
     colours = [REGRESSION_COLOUR if s == "open" else "#e67e22" if s == "acknowledged"
                else NEUTRAL_COLOUR for s in statuses]
     data = [{
-        "type": "bar", "orientation": "h", "y": list(labels),
+        "type": "bar", "orientation": "h", "y": [plotly_text(label) for label in labels],
         "x": [m * 100 for m in magnitudes], "marker": {"color": colours},
         "customdata": list(statuses),
         "hovertemplate": "%{y}<br>%{x:+.1f}% (%{customdata})<extra></extra>",

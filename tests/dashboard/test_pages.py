@@ -8,6 +8,7 @@ import html as html_lib
 import json
 import random
 import re
+from collections.abc import Iterator
 from importlib import resources
 
 import pytest
@@ -221,3 +222,39 @@ def test_every_link_to_a_series_page_names_its_project(
         links = re.findall(r'href="(/(?:api/v1/)?series/[^"]*)"', pages.get(path).text)
         assert links, path
         assert all("?project=vision" in link for link in links), (path, links)
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def test_labels_are_shown_as_text_in_charts_never_as_plotly_markup(
+        pages: TestClient, seeded: Seeded, public_settings: Settings) -> None:
+    # Plotly draws its own mini-HTML (<a href>, <b>) in axes and hovers; Jinja does not
+    # escape inside a figure's JSON, so a revision could become a link out of the chart.
+    link = "<a href='https://evil.example'>click me</a>"
+    result = document(TRACKS[0], 0, "2.5.0", random.Random(3))
+    result.fingerprint["packages"]["torch"] = "<b>2.9</b>"
+    with Session(get_engine(public_settings), expire_on_commit=False) as session:
+        ingest_result(session, ResultIngest.model_validate({
+            "project": "vision", "revision": link, "environment": {"pins": []},
+            "result": result.to_dict()}), public_settings)
+        session.commit()
+    page = pages.get(f"/series/{seeded.steady_key}", params={"project": "vision"}).text
+    for element in ("series-chart", "latency"):
+        chart = figure(page, element)
+        drawn = [s for trace in chart["data"] for s in _strings(
+            {k: trace.get(k) for k in ("x", "y", "text", "customdata")})]
+        drawn += list(_strings(chart["layout"]))
+        assert "&lt;a href='https://evil.example'&gt;click me&lt;/a&gt;" in drawn, element
+        assert not [s for s in drawn if "<a" in s or "<b>" in s], element
+    hover = next(t for t in figure(page, "series-chart")["data"]
+                 if t.get("name") == "weights constant")["customdata"]
+    assert any("torch &lt;b&gt;2.9&lt;/b&gt;" in row[1] for row in hover)
