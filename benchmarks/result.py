@@ -22,6 +22,16 @@ class ResultError(ValueError):
     """A result document that cannot be trusted; the message names the problem."""
 
 
+def _finite_number(value: object) -> bool:
+    """A JSON number a float can hold: not a string or bool, not NaN/inf, not 10**400."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def timing_mode_of(evidence: Mapping[str, Any]) -> str | None:
     """The timing mode a result's evidence records: `timing.mode` (set by the runner, the
     actual mode after any fallback), or for older documents "graphs" when both sides were
@@ -142,6 +152,8 @@ class BenchResult:
             for name, typ in (("baseline", LatencySummary), ("candidate", LatencySummary),
                               ("speedup", Speedup), ("accuracy", Accuracy)):
                 if d.get(name) is not None:
+                    if not isinstance(d[name], dict):
+                        raise ResultError(f"{name}: expected a JSON object")
                     d[name] = typ(**d[name])
             result = cls(**d)
         except TypeError as exc:
@@ -157,18 +169,18 @@ class BenchResult:
                              ("candidate_samples_ms", self.candidate_samples_ms)):
             for r in rounds:
                 for x in r:
-                    if not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+                    if not _finite_number(x) or x <= 0:
                         raise ResultError(f"{side}: latency {x!r} is not a positive number")
         for name in ("baseline", "candidate"):
             s = getattr(self, name)
             if s is not None:
                 for k, v in asdict(s).items():
-                    if not math.isfinite(v) or v < 0:
-                        raise ResultError(f"{name}.{k}: {v!r} is not a non-negative number")
+                    if not _finite_number(v) or v < 0:
+                        raise ResultError(f"{name}.{k}: {v!r:.40} is not a non-negative number")
         if self.speedup is not None:
             s = self.speedup
             vals = (s.value, s.ci_low, s.ci_high)
-            if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in vals):
+            if not all(_finite_number(v) and v > 0 for v in vals):
                 raise ResultError("speedup: value and CI must be positive numbers")
             if not s.ci_low <= s.value <= s.ci_high:
                 raise ResultError("speedup: ci_low <= value <= ci_high does not hold")

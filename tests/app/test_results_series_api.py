@@ -90,6 +90,11 @@ BAD_DOCUMENTS = [
     (_doc(colour="red"), "unknown result fields: colour"),
     (_doc(spec__model="resnet9"), "result.spec: model: 'resnet9'"),
     (_doc(accuracy__rel_l2=math.inf), "result.accuracy.rel_l2"),
+    # wrong types and numbers no float holds (each was a 500)
+    (_doc(baseline__median_ms="fast"), "baseline.median_ms: 'fast' is not a non-negative"),
+    (_doc(candidate__p95_ms=10**400), "candidate.p95_ms: 1000000000"),
+    (_doc(speedup=[1, 2]), "speedup: expected a JSON object"),
+    (_doc(baseline_samples_ms=[[True]]), "baseline_samples_ms: latency True"),
 ]
 
 
