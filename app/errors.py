@@ -129,6 +129,15 @@ def install_exception_handlers(app: FastAPI) -> None:
     for exc_type in DATABASE_ERRORS:
         app.add_exception_handler(exc_type, _database)
 
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, _exc: Exception) -> JSONResponse:
+        # A defect of ours: still a JSON answer like every other, and `Connection: close`
+        # said out loud, since the server drops the connection after an unhandled error
+        # (a client that reuses it would otherwise see its next request reset). The
+        # traceback is logged by the server; the client gets no internals.
+        return JSONResponse(_error_body("internal error: the server logged it"),
+                            status_code=500, headers={"Connection": "close"})
+
     @app.exception_handler(DataError)
     async def _data(_request: Request, exc: Exception) -> JSONResponse:
         # The schemas bound what they can; this catches a value the store still refuses
