@@ -13,6 +13,7 @@ escaping does not reach.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -107,7 +108,7 @@ class Marker:
 def plotly_text(value: str) -> str:
     """The value as Plotly shows it literally: its tags become entities, which Plotly
     decodes for display, so a label can neither link out nor restyle the chart."""
-    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return html.escape(value, quote=False)
 
 
 def _colour(label: str, index: int) -> str:

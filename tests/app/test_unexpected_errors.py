@@ -4,7 +4,6 @@ Against a real uvicorn server (the keep-alive behaviour is the server's, not the
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import uvicorn
 
 from app.config import Settings
 from app.main import create_app
+from tests.faults.infra import free_port
 
 
 @pytest.fixture
@@ -25,9 +25,7 @@ def server_url(settings: Settings) -> Iterator[str]:
     def boom() -> None:
         raise RuntimeError("a defect with internals: /secret/path")
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
