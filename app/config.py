@@ -89,6 +89,16 @@ class Settings(BaseSettings):
     # How often beat runs the reconciler; None: a quarter of reconcile_after_seconds, at
     # least 15 s.
     reconcile_interval_seconds: float | None = Field(default=None, gt=0)
+    # Workers write their own row (queues, host, GPUs, interpreters) at start and every
+    # this many seconds; one silent for `worker_lost_after_seconds` (None: 3 heartbeats
+    # plus 30 s) counts as lost. The reconciler fails a sent cell for "no worker consumes
+    # queue X" only when no worker of X was alive for `reconcile_after_seconds *
+    # max_cell_attempts`; a cell the broker never took is sent when it is back, however long.
+    worker_heartbeat_seconds: float = Field(default=30.0, gt=0, le=3600)
+    worker_lost_after_seconds: float | None = Field(default=None, gt=0)
+    # Workers not heard from for this long leave the list (and stop counting as announcing
+    # their interpreters); the reconciler deletes their rows.
+    worker_forget_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
     # True: GET endpoints answer without a token; False: they need a token with `read` scope.
     public_reads: bool = True
     max_matrix_cells: int = Field(default=256, ge=1)
@@ -137,6 +147,12 @@ class Settings(BaseSettings):
         if problems:
             raise ValueError("refusing insecure production settings: " + "; ".join(problems))
         return self
+
+    def worker_lost_after(self) -> float:
+        """Seconds of silence after which a worker counts as lost."""
+        if self.worker_lost_after_seconds is not None:
+            return self.worker_lost_after_seconds
+        return 3 * self.worker_heartbeat_seconds + 30.0
 
     def queue_for_device(self, device: str) -> str:
         """The Celery queue that runs cells for `device` ("cpu", "cuda" or a GPU class)."""

@@ -27,6 +27,7 @@ from app.api.routes import (
     runs,
     series,
     tokens,
+    workers,
 )
 from app.config import Settings, get_settings
 from app.dashboard import routes as dashboard
@@ -69,7 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens,
-                   projects):
+                   projects, workers):
         app.include_router(module.router)
     app.include_router(dashboard.router)  # the web pages, at / (issue 5)
     return app

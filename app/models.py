@@ -410,3 +410,34 @@ class WebhookDelivery(Base):
     attempts_log: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class Worker(Base):
+    """A worker process as it announces itself: which queues it consumes, on which host and
+    GPUs, with which named interpreters, and when it last said so.
+
+    The reconciler decides "no worker consumes queue X" from these heartbeats instead of
+    inferring it from cells that did not start (a broker outage stops cells, not workers),
+    and the API refuses an interpreter no worker announces. A row is the worker's own
+    account: it writes it at start, on every heartbeat, and at a clean stop.
+    """
+
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # Celery's node name (`speedwatch-cpu@host`): unique among live workers, reused by a
+    # worker restarted under the same name, which then takes over its row.
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    queues: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    # Names only (SPEEDWATCH_INTERPRETERS keys): the paths are the worker's business.
+    interpreters: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    # [{"index", "name", "device_class", "memory_total_bytes"}] from NVML; [] on a CPU host.
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    concurrency: Mapped[int] = mapped_column(Integer, default=1)
+    version: Mapped[str] = mapped_column(String(64), default="")
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    # Set by a clean shutdown; a worker that was killed keeps NULL and goes stale instead.
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -204,6 +204,51 @@ class ProgressPublic(BaseModel):
     skipped: int = 0
 
 
+class GpuPublic(BaseModel):
+    index: int
+    name: str
+    device_class: str
+    memory_total_bytes: int | None = None
+
+
+class WorkerPublic(BaseModel):
+    """A worker as it announced itself; `state` is alive (heartbeat within
+    worker_lost_after), lost (silent: killed, host gone, store unreachable) or stopped (a
+    clean shutdown)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    host: str
+    pid: int | None
+    kind: Literal["celery", "in-process"]
+    state: Literal["alive", "lost", "stopped"]
+    queues: list[str]
+    interpreters: list[str]
+    gpus: list[GpuPublic]
+    concurrency: int
+    version: str
+    started_at: datetime | None
+    last_heartbeat_at: datetime
+    stopped_at: datetime | None
+
+
+class QueuePublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    alive_workers: int
+    queued_cells: int
+    running_cells: int
+
+
+class WorkersPublic(BaseModel):
+    heartbeat_seconds: float
+    lost_after_seconds: float
+    workers: list[WorkerPublic]
+    queues: list[QueuePublic]
+
+
 class CellSpecPublic(BaseModel):
     model: str
     backend: str

@@ -133,6 +133,38 @@ def gpu_name() -> str | None:
         return None
 
 
+def visible_gpus() -> list[dict[str, Any]]:
+    """The GPUs this process may use (CUDA_VISIBLE_DEVICES honoured), as a worker announces
+    them: index, name, device class, memory. [] without NVML or a GPU."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    try:
+        count = int(nv.nvmlDeviceGetCount())
+    except Exception:
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        indices = [int(i) for i in visible.split(",") if i.strip().isdigit()]
+    else:
+        indices = list(range(count))
+    gpus: list[dict[str, Any]] = []
+    for index in indices:
+        if index >= count:
+            continue
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            raw = nv.nvmlDeviceGetName(handle)
+            name = raw.decode() if isinstance(raw, bytes) else str(raw)
+            memory = int(nv.nvmlDeviceGetMemoryInfo(handle).total)
+        except Exception:
+            continue
+        gpus.append({"index": index, "name": name,
+                     "device_class": device_class_from_gpu_name(name),
+                     "memory_total_bytes": memory})
+    return gpus
+
+
 def device_class(device: str) -> str:
     """'cpu', or the GPU's class; 'cuda' when the GPU cannot be named (no NVML)."""
     if device != "cuda":

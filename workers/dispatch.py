@@ -24,7 +24,12 @@ log = logging.getLogger(__name__)
 
 
 class DispatchError(RuntimeError):
-    """The executor could not take the cells (broker down, unknown queue); safe to show."""
+    """The executor could not take the cells (broker down, unknown queue); safe to show.
+    `unsent`: the cell ids that did not reach the broker (all of them when unknown)."""
+
+    def __init__(self, message: str, unsent: Sequence[int] | None = None) -> None:
+        super().__init__(message)
+        self.unsent = list(unsent) if unsent is not None else None
 
 
 def enqueue_cells(cells: Sequence[tuple[int, str]], settings: Settings | None = None) -> None:
@@ -72,24 +77,29 @@ def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
     app = celery_for(settings)
     queue_of = dict(cells)
     soft, hard = time_limits(settings)
+    groups = cell_groups(cells, settings.interleave_cells)
     sent = 0
     try:
-        for group in cell_groups(cells, settings.interleave_cells):
+        for group in groups:
             queue = queue_of[group[0]]
             if len(group) == 1:
                 app.send_task(RUN_CELL_TASK, args=[group[0]], queue=queue)
             else:
                 app.send_task(RUN_CELLS_TASK, args=[group], queue=queue,
                               soft_time_limit=soft * len(group), time_limit=hard * len(group))
-            sent += len(group)
+            sent += 1
     except QueueNotFound as exc:
         raise DispatchError(f"{exc.args[0] if exc.args else exc} (configured queues: "
-                            f"{', '.join(settings.queue_names())})") from None
+                            f"{', '.join(settings.queue_names())})",
+                            unsent=[c for g in groups[sent:] for c in g]) from None
     except Exception as exc:  # kombu raises transport-specific errors; all mean "not sent"
-        log.warning("enqueue failed after %d of %d cells: %s", sent, len(cells), exc)
+        unsent = [c for g in groups[sent:] for c in g]
+        log.warning("enqueue failed after %d of %d cells: %s", len(cells) - len(unsent),
+                    len(cells), exc)
         raise DispatchError(
             f"message broker unavailable ({type(exc).__name__}: {exc}); "
-            f"{len(cells) - sent} cells stay queued and the reconciler sends them"
+            f"{len(unsent)} cells stay queued and the reconciler sends them",
+            unsent=unsent,
         ) from exc
 
 

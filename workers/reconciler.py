@@ -7,8 +7,13 @@ which cells should be moving, so a periodic sweep (Celery beat) decides from SQL
 - never enqueued (`enqueued_at` NULL) for a minute: enqueue now.
 - queued and last sent more than `reconcile_after_seconds` ago: send again (a duplicate
   message is harmless). A busy queue legitimately holds cells for hours, so a queued cell
-  fails only when it has waited `max_cell_attempts` deadlines *and* no worker has started
-  any cell from its queue within the last deadline ("no worker consumes queue X").
+  fails only when it was sent, has waited `max_cell_attempts` deadlines, *and* no worker
+  of its queue was alive within the last deadline ("no worker consumes queue X"). Alive
+  is what the workers say: their heartbeats (app.services.workers), or a cell of the
+  queue starting or beating. A cell the broker never took is not failed for want of a
+  worker, however long the broker is away: it is sent when the broker is back.
+- a send that fails (broker down) leaves the unsent cells marked "never enqueued", so the
+  next sweep tries again instead of waiting a deadline, and nothing counts it as sent.
 - running, not updated for `reconcile_after_seconds`: the worker is presumed lost; put back
   to queued and send again while `attempts < max_cell_attempts`, else fail with the reason.
 - an ingested result nobody judged for a minute (the API process died between the commit
@@ -32,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, update
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -52,11 +57,13 @@ class ReconcileReport:
     failed: list[int] = field(default_factory=list)
     judged_runs: list[int] = field(default_factory=list)
     redispatched_deliveries: list[int] = field(default_factory=list)
+    unsent: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
         return {"requeued": len(self.requeued), "failed": len(self.failed),
                 "judged_runs": len(self.judged_runs),
-                "redispatched_deliveries": len(self.redispatched_deliveries)}
+                "redispatched_deliveries": len(self.redispatched_deliveries),
+                "unsent": len(self.unsent)}
 
 
 Enqueue = Callable[[Sequence[tuple[int, str]]], None]
@@ -82,6 +89,7 @@ def reconcile(
     executor, as after a regression's commit)."""
     from app.config import get_settings
     from app.db import session_scope
+    from app.services.workers import forget_old
 
     settings = settings or get_settings()
     now = now or datetime.now(timezone.utc)
@@ -98,15 +106,42 @@ def reconcile(
     with session_scope(settings) as session:
         report, to_send = _decide(session, settings, now)
         report.redispatched_deliveries = _lost_deliveries(session, settings, now)
+        forget_old(session, settings, now)
     if to_send:
-        enqueue(to_send)
+        try:
+            enqueue(to_send)
+        except Exception as exc:  # the broker is away: these cells were not sent
+            unsent = getattr(exc, "unsent", None)
+            report.unsent = [c for c, _ in to_send] if unsent is None else list(unsent)
+            _mark_unsent(settings, report.unsent)
+            log.warning("reconciler: %d cells not sent (%s); sent when the broker is back",
+                        len(report.unsent), exc)
     if report.redispatched_deliveries:
         dispatch_deliveries(report.redispatched_deliveries)
     if report.requeued or report.failed or report.judged_runs or report.redispatched_deliveries:
+        # "requeued" counts decisions; `unsent` says which of them the broker refused
         log.info("reconciler: re-queued %s, failed %s, judged ingest runs %s, "
                  "re-dispatched webhook deliveries %s", report.requeued, report.failed,
                  report.judged_runs, report.redispatched_deliveries)
     return report
+
+
+def _mark_unsent(settings: Settings, cell_ids: Sequence[int]) -> None:
+    """Cells the broker did not take are "never enqueued" again: the next sweep sends them,
+    and the give-up rule (which needs a cell that was sent) leaves them alone."""
+    from app.db import session_scope
+    from app.models import Cell
+
+    if not cell_ids:
+        return
+    try:
+        with session_scope(settings) as session:
+            session.execute(update(Cell).where(Cell.id.in_(list(cell_ids)),
+                                               Cell.status == "queued")
+                            .values(enqueued_at=None))
+    except Exception as exc:  # the store went too: the cells stay marked sent, and the
+        # next sweep after a deadline sends them again, as for a lost message
+        log.warning("reconciler: unsent cells %s not marked: %s", list(cell_ids), exc)
 
 
 def _lost_deliveries(session: Session, settings: Settings, now: datetime) -> list[int]:
@@ -135,7 +170,8 @@ def _decide(
     from app.services.runs import fail_cell, finish_run_if_complete
 
     after = timedelta(seconds=settings.reconcile_after_seconds)
-    grace = timedelta(seconds=NEVER_ENQUEUED_GRACE_S)
+    # A short deadline (tests, impatient deployments) shortens the grace with it.
+    grace = timedelta(seconds=min(NEVER_ENQUEUED_GRACE_S, settings.reconcile_after_seconds))
     report = ReconcileReport()
     to_send: list[tuple[int, str]] = []
     stuck = session.scalars(
@@ -152,13 +188,10 @@ def _decide(
         .with_for_update(skip_locked=True)
     ).all()
     queues = {c.queue for c in stuck if c.status == "queued"}
-    # A worker shows it consumes a queue by starting its cells, and while one cell runs
-    # long (an adaptive cell adds processes) by its heartbeat: the cell's updated_at moves
-    # after every benchmark process. Either counts as the queue's last sign of life.
-    last_start = {q: _last_activity(session, q) for q in sorted(queues)}
+    last_seen = {q: _queue_last_seen(session, q, settings, now) for q in sorted(queues)}
     runs_touched: set[int] = set()
     for cell in stuck:
-        reason = _give_up_reason(cell, settings, now, after, last_start.get(cell.queue))
+        reason = _give_up_reason(cell, settings, now, after, last_seen.get(cell.queue))
         if reason is not None:
             fail_cell(session, cell.id, reason)
             report.failed.append(cell.id)
@@ -182,18 +215,24 @@ def _decide(
     return report, to_send
 
 
-def _last_activity(session: Session, queue: str) -> datetime | None:
+def _queue_last_seen(session: Session, queue: str, settings: Settings,
+                     now: datetime) -> datetime | None:
+    """The queue's last sign of a consumer: a worker's heartbeat announcing it, a cell of
+    it starting, or a running cell's own heartbeat (updated after every benchmark process,
+    so one long adaptive cell keeps its queue alive)."""
     from app.models import Cell
+    from app.services.workers import queue_last_seen
 
     started = session.scalar(select(func.max(Cell.started_at)).where(Cell.queue == queue))
     beat = session.scalar(select(func.max(Cell.updated_at))
                           .where(Cell.queue == queue, Cell.status == "running"))
-    return max((t for t in (started, beat) if t is not None), default=None)
+    announced = queue_last_seen(session, queue, settings, now)
+    return max((t for t in (started, beat, announced) if t is not None), default=None)
 
 
 def _give_up_reason(
     cell: Cell, settings: Settings, now: datetime, after: timedelta,
-    queue_last_start: datetime | None,
+    queue_last_seen: datetime | None,
 ) -> str | None:
     limit = settings.max_cell_attempts
     if cell.status == "running" and cell.attempts >= limit:
@@ -201,11 +240,15 @@ def _give_up_reason(
             f"gave up after {cell.attempts} attempts: the last one made no progress for "
             f"{settings.reconcile_after_seconds} s (worker lost or stuck)"
         )
-    queue_idle = queue_last_start is None or queue_last_start < now - after
-    if cell.status == "queued" and queue_idle and cell.created_at < now - after * limit:
+    if cell.status != "queued" or cell.enqueued_at is None:
+        return None  # never taken by the broker: nothing to say about its workers yet
+    queue_dead = queue_last_seen is None or queue_last_seen < now - after
+    if queue_dead and cell.created_at < now - after * limit:
+        seen = ("no worker of it has ever announced itself" if queue_last_seen is None
+                else f"none was alive since {queue_last_seen:%Y-%m-%d %H:%M:%S} UTC")
         return (
-            f"no worker consumes queue {cell.queue!r}: the cell waited "
-            f"{settings.reconcile_after_seconds * limit} s and no cell of that queue started "
-            f"in the last {settings.reconcile_after_seconds} s"
+            f"no worker consumes queue {cell.queue!r}: {seen} (at least "
+            f"{settings.reconcile_after_seconds} s), and the cell, sent to it, waited "
+            f"{int((now - cell.created_at).total_seconds())} s"
         )
     return None

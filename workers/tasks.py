@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from workers import dispatch
+from workers import dispatch, registry
 from workers.celery_app import (
     DELIVER_WEBHOOK_TASK,
     RECONCILE_TASK,
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 # the cells it runs may request confirmations and record webhook deliveries, which the
 # services send through app.ports, so the worker's own executors are wired in here.
 dispatch.install()
+# ...and a Celery worker announces itself (queues, host, GPUs, interpreters) on a heartbeat.
+registry.connect_signals()
 
 MAX_REASON = 2000
 OUTCOMES = {"ok": "done", "failed": "failed", "skipped": "skipped"}

@@ -41,6 +41,7 @@ from app.models import RUN_TERMINAL, Regression, Result, Run, Series
 from app.services import regressions as regression_service
 from app.services import runs as run_service
 from app.services import series as series_service
+from app.services import workers as worker_service
 from app.services.changes import AttributedChange, attribute_changes
 from app.services.series import Point, SeriesFilter
 from app.services.tokens import authenticate, has_scope
@@ -425,6 +426,20 @@ def run_page(
         fingerprint=_flat({k: v for k, v in fingerprint.items() if k != "packages"}),
         packages=sorted((fingerprint.get("packages") or {}).items()), chart=chart,
     )
+
+
+# ---- workers -------------------------------------------------------------------------------
+
+@router.get("/workers")
+def workers_page(
+    request: Request, session: SessionDep, settings: SettingsDep, _access: PageAccess,
+) -> HTMLResponse:
+    workers = worker_service.list_workers(session, settings)
+    return _page(request, "workers.html", workers=workers,
+                 queues=worker_service.list_queues(session, settings, workers),
+                 heartbeat_s=settings.worker_heartbeat_seconds,
+                 lost_after_s=settings.worker_lost_after(),
+                 forget_days=round(settings.worker_forget_seconds / 86400, 1))
 
 
 # ---- regressions ---------------------------------------------------------------------------

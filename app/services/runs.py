@@ -42,6 +42,7 @@ from app.services.common import (
     get_or_create_series,
     spec_hash,
 )
+from app.services.workers import check_interpreter
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec, SpecError, default_sides, default_timing
 
@@ -158,6 +159,8 @@ def create_run(
     settings = settings or get_settings()
     environment = canonical_environment(request.environment, settings)
     planned = expand_matrix(request.matrix, settings)
+    if environment["interpreter"] is not None:
+        check_interpreter(session, planned[0].queue, environment["interpreter"], settings)
     request_hash = canonical_hash({
         "project": request.project,
         "revision": request.revision,

@@ -22,9 +22,11 @@ from app.db import session_scope
 from app.models import Cell, WebhookDelivery
 from app.schemas import ResultIngest
 from app.services.results import ingest_result
+from app.services.workers import Announcement, heartbeat
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer
 from tests.workers.helpers import new_run, reload_run
+from workers.dispatch import DispatchError
 from workers.reconciler import NEVER_ENQUEUED_GRACE_S, reconcile, stale_delivery_seconds
 from workers.tasks import deliver_webhook
 
@@ -156,6 +158,106 @@ def test_a_queued_cell_in_a_busy_queue_waits_however_long_it_takes(
 
     assert report.failed == []
     assert report.requeued == [waiting]
+
+
+class BrokerDown:
+    """An executor whose broker is away: every send raises, as workers.dispatch does."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def __call__(self, cells: Sequence[tuple[int, str]]) -> None:
+        self.tries += 1
+        raise DispatchError("message broker unavailable (ConnectionError: refused)",
+                            unsent=[c for c, _ in cells])
+
+
+def _announce(session: Session, queue: str, at: datetime, name: str = "w1@host") -> None:
+    heartbeat(session, Announcement(name=name, host="host", pid=4242, queues=[queue]), now=at)
+    session.commit()
+
+
+def test_cells_the_broker_never_took_are_sent_when_it_returns_however_long_it_was_away(
+    session: Session, settings: Settings
+) -> None:
+    """An outage of ten deadlines, swept all along: the cells are neither failed ("no
+    worker consumes queue" is not what happened) nor counted as sent; the first sweep
+    after the broker is back sends them."""
+    run_id, [cell_id] = new_run(session, settings)  # the API could not send it
+    start = datetime.now(timezone.utc)
+    down = BrokerDown()
+    for step in range(1, 11):
+        at = start + timedelta(seconds=settings.reconcile_after_seconds * step + 61)
+        report = reconcile(now=at, settings=settings, enqueue=down)
+        assert report.failed == [] and report.unsent == [cell_id]
+    assert down.tries == 10
+    session.expire_all()
+    cell = session.get(Cell, cell_id)
+    assert cell is not None and (cell.status, cell.enqueued_at) == ("queued", None)
+
+    sent = Sent()
+    report = reconcile(now=start + timedelta(seconds=settings.reconcile_after_seconds * 11),
+                       settings=settings, enqueue=sent)
+    assert report.failed == [] and report.unsent == []
+    assert sent.cells == [(cell_id, settings.cpu_queue)]
+    assert reload_run(session, run_id).status == "queued"
+
+
+def test_a_sent_cell_waits_as_long_as_a_worker_of_its_queue_heartbeats(
+    session: Session, settings: Settings
+) -> None:
+    """No cell of the queue started for many deadlines (the worker is busy elsewhere, or
+    the broker lost the message), but its worker says it is alive: send again, never fail."""
+    _, [cell_id] = new_run(session, settings)
+    _set(session, cell_id, enqueued_at=datetime.now(timezone.utc))
+    late = _later(settings, factor=settings.max_cell_attempts * 3)
+    _announce(session, settings.cpu_queue, at=late - timedelta(seconds=10))
+    report = reconcile(now=late, settings=settings, enqueue=Sent())
+    assert report.failed == [] and report.requeued == [cell_id]
+
+
+def test_a_worker_of_another_queue_does_not_keep_a_queue_alive(
+    session: Session, settings: Settings
+) -> None:
+    run_id, [cell_id] = new_run(session, settings)
+    _set(session, cell_id, enqueued_at=datetime.now(timezone.utc))
+    late = _later(settings, factor=settings.max_cell_attempts)
+    _announce(session, "gpu", at=late - timedelta(seconds=10))
+    report = reconcile(now=late, settings=settings, enqueue=Sent())
+    assert report.failed == [cell_id]
+    error = reload_run(session, run_id).cells[0].error or ""
+    assert f"no worker consumes queue {settings.cpu_queue!r}" in error
+    assert "no worker of it has ever announced itself" in error
+
+
+def test_the_failure_names_when_the_queue_last_had_a_live_worker(
+    session: Session, settings: Settings
+) -> None:
+    run_id, [cell_id] = new_run(session, settings)
+    _set(session, cell_id, enqueued_at=datetime.now(timezone.utc))
+    late = _later(settings, factor=settings.max_cell_attempts)
+    last = late - timedelta(seconds=settings.reconcile_after_seconds + 60)
+    _announce(session, settings.cpu_queue, at=last)
+    report = reconcile(now=late, settings=settings, enqueue=Sent())
+    assert report.failed == [cell_id]
+    assert f"none was alive since {last:%Y-%m-%d %H:%M:%S} UTC" in (
+        reload_run(session, run_id).cells[0].error or "")
+
+
+def test_a_send_that_fails_part_way_marks_only_the_unsent_cells_unsent(
+    session: Session, settings: Settings
+) -> None:
+    _, [first, second] = new_run(session, settings, weights=["constant", "tensor"])
+    at = datetime.now(timezone.utc) + timedelta(seconds=NEVER_ENQUEUED_GRACE_S + 5)
+
+    def half(cells: Sequence[tuple[int, str]]) -> None:
+        raise DispatchError("broker went away after one", unsent=[second])
+
+    report = reconcile(now=at, settings=settings, enqueue=half)
+    assert report.unsent == [second]
+    session.expire_all()
+    assert session.get(Cell, first).enqueued_at is not None  # type: ignore[union-attr]
+    assert session.get(Cell, second).enqueued_at is None  # type: ignore[union-attr]
 
 
 def test_the_sweep_sends_through_the_configured_broker(

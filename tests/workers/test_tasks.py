@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.models import Cell, Result
+from app.services.workers import Announcement, heartbeat
 from tests.workers.helpers import TINY_TIMING, inject_fault, new_run, reload_run, tiny_request
 from workers.tasks import execute_cell
 
@@ -60,6 +61,11 @@ def test_a_crashing_benchmark_fails_its_cell_with_the_reason_and_the_body_return
 def test_an_interpreter_the_worker_does_not_know_fails_the_cell_without_running_it(
     session: Session, settings: Settings
 ) -> None:
+    """The API accepts an interpreter some worker of the queue announces; a worker of the
+    same queue that lacks it still refuses the cell before anything runs."""
+    heartbeat(session, Announcement(name="other@host", host="host", pid=1,
+                                    queues=[settings.cpu_queue], interpreters=["trt-9.9"]))
+    session.commit()
     run_id, [cell_id] = new_run(session, settings, revision="interp", interpreter="trt-9.9")
 
     assert execute_cell(cell_id) == "failed"
