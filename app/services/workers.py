@@ -168,11 +168,11 @@ def list_queues(session: Session, settings: Settings,
                 workers: Iterable[WorkerView]) -> list[QueueView]:
     """Each configured queue with its live consumers and the cells waiting on it: "6 cells
     queued, 0 workers alive" is the line that tells an operator what to start."""
-    counts: dict[tuple[str, str], int] = {
-        (queue, status): n for queue, status, n in session.execute(
-            select(Cell.queue, Cell.status, func.count())
-            .where(Cell.status.in_(("queued", "running"))).group_by(Cell.queue, Cell.status)
-        ).tuples()}
+    rows = session.execute(
+        select(Cell.queue, Cell.status, func.count())
+        .where(Cell.status.in_(("queued", "running"))).group_by(Cell.queue, Cell.status)
+    ).all()
+    counts: dict[tuple[str, str], int] = {(row[0], row[1]): int(row[2]) for row in rows}
     alive: dict[str, int] = {}
     for worker in workers:
         if worker.state == "alive":

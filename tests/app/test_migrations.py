@@ -24,7 +24,7 @@ from benchmarks.spec import BenchSpec, TimingPolicy
 from cli.main import cli
 
 TABLES = {"projects", "environments", "runs", "cells", "series", "results", "api_tokens",
-          "regressions", "webhook_deliveries"}
+          "regressions", "webhook_deliveries", "workers"}
 NOW = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 

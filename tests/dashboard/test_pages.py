@@ -42,6 +42,8 @@ def figure(page: str, element_id: str) -> dict:
     ("/runs", "No runs yet: trigger one with speedwatch submit"),
     ("/compare", "No runs yet: trigger one with speedwatch submit"),
     ("/regressions", "No regressions yet. Detection opens one when"),
+    ("/workers", "No worker has announced itself in the last 7.0 days: start one with "
+                 "speedwatch worker --queues cpu"),
 ])
 def test_every_page_on_an_empty_store_explains_why_it_is_empty(
         pages: TestClient, path: str, says: str) -> None:
@@ -258,3 +260,30 @@ def test_labels_are_shown_as_text_in_charts_never_as_plotly_markup(
     hover = next(t for t in figure(page, "series-chart")["data"]
                  if t.get("name") == "weights constant")["customdata"]
     assert any("torch &lt;b&gt;2.9&lt;/b&gt;" in row[1] for row in hover)
+
+
+def test_the_workers_page_shows_each_workers_state_queues_gpus_and_a_queue_nobody_serves(
+        pages: TestClient, seeded: Seeded, public_settings: Settings) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from app.services.workers import Announcement, heartbeat
+
+    h200 = {"index": 1, "name": "NVIDIA H200", "device_class": "nvidia-h200",
+            "memory_total_bytes": 150_754_820_096}
+    with Session(get_engine(public_settings), expire_on_commit=False) as session:
+        heartbeat(session, Announcement(name="speedwatch-gpu@gpu-7", host="gpu-7", pid=11,
+                                        queues=["gpu"], interpreters=["trt-2.7"], gpus=[h200]))
+        heartbeat(session, Announcement(name="speedwatch-cpu@old", host="old", pid=12,
+                                        queues=["cpu"]),
+                  now=datetime.now(timezone.utc) - timedelta(hours=2))
+        session.commit()
+
+    page = pages.get("/workers").text
+    text = html(page)
+
+    assert re.search(r'data-worker="speedwatch-gpu@gpu-7" data-state="alive"', page)
+    assert re.search(r'data-worker="speedwatch-cpu@old" data-state="lost"', page)
+    assert "1: NVIDIA H200 (140 GiB)" in text and "trt-2.7" in text
+    # the seeded store has a queued cpu run and no live cpu worker
+    assert re.search(r'<tr data-queue="cpu" class="warn">', page)
+    assert "no live worker" in text

@@ -14,7 +14,7 @@ from app.services.workers import list_queues, list_workers
 router = APIRouter(prefix="/api/v1/workers", tags=["workers"])
 
 
-@router.get("", response_model=WorkersPublic, responses=error_responses(401, 403, 503),
+@router.get("", response_model=WorkersPublic, responses=error_responses(401, 403, 422, 503),
             summary="Workers (queues, host, GPUs, interpreters, last heartbeat) and queues")
 def get_workers(session: SessionDep, settings: SettingsDep, _read: ReadAccess) -> WorkersPublic:
     """Every worker heard from within `worker_forget_seconds`, alive ones first, and every
