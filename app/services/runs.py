@@ -280,8 +280,8 @@ def enqueue(session: Session, cells: list[tuple[int, str]], settings: Settings) 
         )
         session.commit()
         return (
-            f"cells not sent to the executor ({_short(exc)}); they stay queued and the "
-            "reconciler sends them when it can"
+            f"cells not sent to the executor yet ({_short(exc)}); the run is stored and "
+            "the reconciler sends its cells when the broker is back"
         )
     return None
 

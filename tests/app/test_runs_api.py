@@ -257,12 +257,13 @@ def test_list_filters_and_pages_with_a_cursor(
     assert client.get("/api/v1/runs?limit=201", headers=bearer(read_token)).status_code == 422
 
 
-def test_broker_outage_answers_503_keeps_the_run_and_a_retry_sends_its_cells(
+def test_a_trigger_during_a_broker_outage_is_accepted_with_a_warning_and_a_retry_sends_it(
     settings: Settings, ci_token: str, session: Session
 ) -> None:
-    """A real broker that is down (nothing listens on port 1), then a real Redis: the trigger
-    says 503 with the reason, loses nothing, and the retry with the same key sends the cells
-    it never sent."""
+    """A real broker that is down (nothing listens on port 1), then a real Redis: the run is
+    stored and accepted (201, not a 5xx: nothing failed), the answer's warning says its cells
+    go when the broker is back, and the retry with the same key sends the cells it never
+    sent."""
     import uuid
 
     from workers.celery_app import celery_for
@@ -272,9 +273,10 @@ def test_broker_outage_answers_503_keeps_the_run_and_a_retry_sends_its_cells(
                                        "broker_url": "redis://127.0.0.1:1/0"})
     with TestClient(create_app(down)) as client:
         response = post_run(client, ci_token, key="retry-me")
-    assert response.status_code == 503
-    detail = response.json()["detail"]
-    assert "broker" in detail and "stored" in detail and "Idempotency-Key" in detail
+    assert response.status_code == 201, response.text
+    warning = response.json()["warning"]
+    assert "not sent" in warning and "stored" in warning and "broker is back" in warning
+    assert response.json()["status"] == "queued"
     assert session.scalar(select(func.count()).select_from(Cell).where(
         Cell.enqueued_at.is_(None))) == 2
 

@@ -9,7 +9,6 @@ from sqlalchemy.orm import Session
 
 from app.api.deps import CiToken, IdCursor, ReadAccess, RowIdPath, SessionDep, SettingsDep
 from app.api.presenters import error_responses, run_detail, run_public
-from app.errors import ServiceUnavailable
 from app.models import Run
 from app.schemas import (
     ResultSummaryPublic,
@@ -55,17 +54,14 @@ def create_run(
     """Store the run and one cell per matrix point in one transaction, then send the cell ids
     to the executor. 201: new run. 200: the run this Idempotency-Key (or, without a key, this
     identical project + revision + environment + matrix) already created. If the executor
-    cannot take the cells (broker down), the answer is 503 with the reason: the run is
-    stored and its cells stay queued, so nothing is lost; the reconciler sends them once the
-    broker is back, and retrying the request with the same key sends them too (then 200)."""
+    cannot take the cells (broker down), the run is still accepted (201/200) and `warning`
+    says so: the run is stored and its cells wait, unsent, until the reconciler sends them
+    when the broker is back (however long that takes; such cells are never failed for
+    want of a worker), or a retry with the same key sends them. Polling the run works
+    throughout; a 5xx would tell CI the trigger failed when it did not."""
     outcome = run_service.submit_run(
         session, body, idempotency_key=idempotency_key, settings=settings
     )
-    if outcome.warning is not None:
-        raise ServiceUnavailable(
-            f"{outcome.warning}; run {outcome.run.id} is stored and its cells stay queued: "
-            "retry with the same Idempotency-Key, or the reconciler sends them"
-        )
     if not outcome.created:
         response.status_code = 200
     detail = _detail(session, outcome.run)
