@@ -13,6 +13,7 @@ never a JSON body or a traceback in the browser.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from importlib import resources
@@ -26,8 +27,10 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
+from sqlalchemy.orm import Session
 
 from app.api.deps import SessionDep, SettingsDep
+from app.config import Settings
 from app.detection.changepoints import ChangePoint
 from app.errors import (
     DATABASE_ERRORS,
@@ -37,7 +40,7 @@ from app.errors import (
     Unauthorized,
     database_reason,
 )
-from app.models import RUN_TERMINAL, Regression, Result, Run, Series
+from app.models import RUN_TERMINAL, Cell, Regression, Result, Run, Series
 from app.services import regressions as regression_service
 from app.services import runs as run_service
 from app.services import series as series_service
@@ -396,9 +399,22 @@ def _flat(mapping: dict[str, Any] | None) -> list[tuple[str, str]]:
     return out
 
 
+def _unserved_queues(session: Session, settings: Settings,
+                     cells: list[tuple[Cell, Result | None]]) -> list[worker_service.QueueView]:
+    """The queues this run's queued cells wait on that no live worker consumes."""
+    waiting = Counter(c.queue for c, _ in cells if c.status == "queued")
+    if not waiting:
+        return []
+    alive = {q for w in worker_service.list_workers(session, settings) if w.state == "alive"
+             for q in w.queues}
+    return [worker_service.QueueView(q, 0, n, 0) for q, n in sorted(waiting.items())
+            if q not in alive]
+
+
 @router.get("/runs/{run_id}")
 def run_page(
-    run_id: int, request: Request, session: SessionDep, _access: PageAccess,
+    run_id: int, request: Request, session: SessionDep, settings: SettingsDep,
+    _access: PageAccess,
 ) -> HTMLResponse:
     run: Run = run_service.get_run(session, run_id)
     cells = run_service.run_cells(session, run.id)
@@ -425,6 +441,7 @@ def run_page(
         counts=counts, total=total, finished=finished, live=run.status not in RUN_TERMINAL,
         fingerprint=_flat({k: v for k, v in fingerprint.items() if k != "packages"}),
         packages=sorted((fingerprint.get("packages") or {}).items()), chart=chart,
+        unserved=_unserved_queues(session, settings, cells),
     )
 
 

@@ -287,3 +287,17 @@ def test_the_workers_page_shows_each_workers_state_queues_gpus_and_a_queue_nobod
     # the seeded store has a queued cpu run and no live cpu worker
     assert re.search(r'<tr data-queue="cpu" class="warn">', page)
     assert "no live worker" in text
+
+
+def test_a_queued_run_says_when_no_live_worker_consumes_its_queue(
+        pages: TestClient, seeded: Seeded, public_settings: Settings) -> None:
+    page = pages.get(f"/runs/{seeded.queued_run_id}").text
+    assert "which no live worker consumes: start one with speedwatch worker --queues cpu" in (
+        html(page))
+
+    from app.services.workers import Announcement, heartbeat
+
+    with Session(get_engine(public_settings), expire_on_commit=False) as session:
+        heartbeat(session, Announcement(name="cpu@h", host="h", pid=1, queues=["cpu"]))
+        session.commit()
+    assert "no live worker" not in html(pages.get(f"/runs/{seeded.queued_run_id}").text)
