@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy.orm import Session
 
-from app.api.deps import CiToken, IdCursor, ReadAccess, RowIdPath, SessionDep, SettingsDep
+from app.api.deps import CiAccess, IdCursor, ReadAccess, RowIdPath, SessionDep, SettingsDep
 from app.api.presenters import error_responses, run_detail, run_public
 from app.errors import ServiceUnavailable
 from app.models import Run
@@ -44,7 +44,7 @@ def create_run(
     body: RunCreate,
     session: SessionDep,
     settings: SettingsDep,
-    _token: CiToken,
+    access: CiAccess,
     response: Response,
     idempotency_key: Annotated[
         str | None,
@@ -57,7 +57,9 @@ def create_run(
     identical project + revision + environment + matrix) already created. If the executor
     cannot take the cells (broker down), the answer is 503 with the reason: the run is
     stored and its cells stay queued, so nothing is lost; the reconciler sends them once the
-    broker is back, and retrying the request with the same key sends them too (then 200)."""
+    broker is back, and retrying the request with the same key sends them too (then 200).
+    A token limited to other projects is a 403."""
+    access.check_write(body.project)
     outcome = run_service.submit_run(
         session, body, idempotency_key=idempotency_key, settings=settings
     )
@@ -79,14 +81,14 @@ def create_run(
     responses={**error_responses(404), **ERRORS},
     summary="A run: status, per-cell progress, verdict once done",
 )
-def get_run(run_id: RowIdPath, session: SessionDep, _access: ReadAccess) -> RunDetailPublic:
-    return _detail(session, run_service.get_run(session, run_id))
+def get_run(run_id: RowIdPath, session: SessionDep, access: ReadAccess) -> RunDetailPublic:
+    return _detail(session, run_service.get_run(session, run_id, access))
 
 
 @router.get("", response_model=RunListPublic, responses=ERRORS, summary="List runs, newest first")
 def list_runs(
     session: SessionDep,
-    _access: ReadAccess,
+    access: ReadAccess,
     project: Annotated[str | None, Query(max_length=100)] = None,
     status: Literal["queued", "running", "done", "failed"] | None = None,
     branch: Annotated[str | None, Query(max_length=200)] = None,
@@ -94,7 +96,8 @@ def list_runs(
     cursor: IdCursor = None,
 ) -> RunListPublic:
     page, next_cursor = run_service.list_runs(
-        session, project=project, status=status, branch=branch, limit=limit, cursor=cursor)
+        session, project=project, status=status, branch=branch, limit=limit, cursor=cursor,
+        access=access)
     counts = run_service.run_summary_counts(session, [r.id for r in page])
     return RunListPublic(
         items=[run_public(r, counts[r.id]) for r in page],
