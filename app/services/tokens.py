@@ -132,7 +132,8 @@ class ProjectAccess:
         return self.names is None or project in self.names
 
     def restrict(self, query: SelectT, project_id: InstrumentedAttribute[int]) -> SelectT:
-        """`query` keeping only rows whose `project_id` is one of the allowed projects."""
+        """Filtered in SQL, before LIMIT, so that a page of a list stays full and its
+        cursor right (filtering the rows read would leave pages short or empty)."""
         if self.names is None:
             return query
         return query.where(project_id.in_(
