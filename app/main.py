@@ -40,8 +40,11 @@ Continuous performance-regression service for GPU inference: PyTorch eager again
 optimized backends (torch.compile, ONNX Runtime, TensorRT, Torch-TensorRT).
 
 Writes need a bearer token with the `ci` scope (`speedwatch token create --scope ci`),
-token management the `admin` scope;
-reads need a `read` token unless the server has public reads. Errors are
+token management the `admin` scope (of every project);
+reads need a `read` token unless the server has public reads. A token may be limited to
+projects (`--project NAME`): lists then leave other projects out, another project's run,
+series or regression is a 404 as if it did not exist, and a write naming another project
+is a 403. Errors are
 `{"detail": "...", "errors": [{"field", "message"}]}`; a database outage is a 503.
 """
 

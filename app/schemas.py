@@ -66,8 +66,12 @@ def _plain_label(value: str) -> str:
 Label = Annotated[str, Field(min_length=1, max_length=200,
                              json_schema_extra={"pattern": f"^[^{LABEL_FORBIDDEN}]+$"}),
                   AfterValidator(_plain_label)]
+# Also checked by app.services.tokens for the projects a token is limited to (the CLI
+# creates tokens without going through these models).
+PROJECT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
+PROJECT_NAME_MAX = 100
 ProjectName = Annotated[
-    str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    str, Field(min_length=1, max_length=PROJECT_NAME_MAX, pattern=PROJECT_NAME_PATTERN)
 ]
 
 
@@ -470,6 +474,10 @@ class TokenCreate(StrictModel):
     scope: Literal["read", "ci", "admin"]
     name: str | None = Field(default=None, min_length=1, max_length=100,
                              pattern=r"^[^\x00-\x1f\x7f]+$")
+    projects: list[ProjectName] | None = Field(
+        default=None, min_length=1, max_length=100,
+        description="limit the token to these projects (they need not exist yet: a project "
+                    "is created by its first run); left out: every project")
 
 
 class TokenPublic(PublicModel):
@@ -478,6 +486,8 @@ class TokenPublic(PublicModel):
     id: int
     name: str
     scopes: list[str]
+    projects: list[str] | None = Field(
+        description="the projects it is limited to; null: every project")
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None

@@ -90,6 +90,9 @@ def settings_or_exit() -> Settings:
 def token_create(
     scope: Annotated[str, typer.Option(help="read | ci | admin (admin implies all)")],
     name: Annotated[str | None, typer.Option(help="a label to recognise it by")] = None,
+    project: Annotated[list[str] | None, typer.Option(
+        "--project", help="limit the token to this project (repeat for several; it need not "
+                          "exist yet); left out: every project")] = None,
 ) -> None:
     """Create a token and print it once; only its hash is stored."""
     from app.db import session_scope
@@ -98,14 +101,15 @@ def token_create(
 
     try:
         with session_scope() as session:
-            token, plaintext = create_token(session, scope, name)
-            token_id, token_name = token.id, token.name
+            token, plaintext = create_token(session, scope, name, project or None)
+            token_id, token_name, limited = token.id, token.name, token.projects
     except SpeedwatchError as exc:
         raise _fail(exc.message) from None
     except Exception as exc:
         raise _fail(_database_error_reason(exc) or str(exc)) from None
-    typer.echo(f"token {token_id} ({token_name}, scope {scope}); store it now, it is not "
-               "shown again:", err=True)
+    reach = f"project(s) {', '.join(limited)}" if limited else "every project"
+    typer.echo(f"token {token_id} ({token_name}, scope {scope}, {reach}); store it now, it "
+               "is not shown again:", err=True)
     typer.echo(plaintext)
 
 
@@ -135,14 +139,15 @@ def token_list() -> None:
     try:
         with session_scope() as session:
             rows = [(t.id, t.name, ",".join(t.scopes), t.created_at, t.revoked_at,
-                     t.last_used_at) for t in list_tokens(session)]
+                     t.last_used_at, t.projects) for t in list_tokens(session)]
     except Exception as exc:
         raise _fail(_database_error_reason(exc) or str(exc)) from None
-    for token_id, name, scopes, created, revoked, used in rows:
+    for token_id, name, scopes, created, revoked, used, projects in rows:
         state = f"revoked {revoked:%Y-%m-%d %H:%M}" if revoked else "active"
         last = f"{used:%Y-%m-%d %H:%M}" if used else "never"
+        reach = f"projects {','.join(projects)}" if projects else "all projects"
         typer.echo(f"{token_id}\t{name}\t{scopes}\t{state}\tcreated {created:%Y-%m-%d %H:%M}"
-                   f"\tlast used {last}")
+                   f"\tlast used {last}\t{reach}")
 
 
 def register(cli: typer.Typer) -> None:

@@ -2,9 +2,15 @@
 
 SessionDep: a session on the app's engine (closed after the request; routes commit).
 CurrentToken: the bearer token if one was sent (a bad one is a 401 even where optional).
-CiToken: a token with the `ci` scope (writes). AdminToken: `admin` (token management).
-ReadAccess: a `read` token unless the server has public reads.
+CiToken: a token with the `ci` scope (writes). AdminToken: `admin`.
+TokenAdmin: an `admin` token of every project (token management).
+ReadAccess: the projects the caller may read (a `read` token unless reads are public).
+CiAccess, AdminAccess: the projects a `ci` / `admin` token may change.
 RowIdPath, IdCursor: ids bounded to the store's integer range.
+
+Every route that touches a project's data takes one of the *Access dependencies and hands
+the ProjectAccess to the services (lists, single objects) or calls its check_write (a
+write that names its project); tests/app/test_access.py holds every route to it.
 """
 
 from __future__ import annotations
@@ -20,7 +26,13 @@ from app.config import Settings
 from app.errors import Forbidden, Unauthorized
 from app.models import ApiToken
 from app.schemas import ID_MAX
-from app.services.tokens import authenticate, has_scope
+from app.services.tokens import (
+    EVERY_PROJECT,
+    ProjectAccess,
+    authenticate,
+    has_scope,
+    project_access,
+)
 
 
 def get_app_settings(request: Request) -> Settings:
@@ -76,10 +88,12 @@ def require_ci(token: CurrentToken) -> ApiToken:
     return _require(token, "ci")
 
 
-def require_read(token: CurrentToken, settings: SettingsDep) -> ApiToken | None:
+def require_read(token: CurrentToken, settings: SettingsDep) -> ProjectAccess:
+    """With public reads anyone reads every project without a token, so a token's limit
+    cannot hide anything there: it restricts only what the token writes."""
     if settings.public_reads:
-        return token
-    return _require(token, "read")
+        return EVERY_PROJECT
+    return project_access(_require(token, "read"))
 
 
 def require_admin(token: CurrentToken) -> ApiToken:
@@ -88,7 +102,29 @@ def require_admin(token: CurrentToken) -> ApiToken:
 
 CiToken = Annotated[ApiToken, Depends(require_ci)]
 AdminToken = Annotated[ApiToken, Depends(require_admin)]
-ReadAccess = Annotated[ApiToken | None, Depends(require_read)]
+ReadAccess = Annotated[ProjectAccess, Depends(require_read)]
+
+
+def ci_access(token: CiToken) -> ProjectAccess:
+    return project_access(token)
+
+
+def admin_access(token: AdminToken) -> ProjectAccess:
+    return project_access(token)
+
+
+def require_token_admin(token: AdminToken) -> ApiToken:
+    """A limited admin could mint a token of every project, so managing tokens needs an
+    admin token that already has every project."""
+    if token.projects:
+        raise Forbidden(f"token {token.name!r} is limited to projects; managing tokens needs "
+                        "an admin token of every project")
+    return token
+
+
+CiAccess = Annotated[ProjectAccess, Depends(ci_access)]
+AdminAccess = Annotated[ProjectAccess, Depends(admin_access)]
+TokenAdmin = Annotated[ApiToken, Depends(require_token_admin)]
 
 RowIdPath = Annotated[int, Path(ge=1, le=ID_MAX)]
 IdCursor = Annotated[

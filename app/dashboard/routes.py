@@ -3,8 +3,10 @@
 Server-rendered with Jinja2 on the same services as the API (no SQL of its own), charts
 drawn by Plotly.js, which the app serves from the installed `plotly` package so the pages
 work offline. Reads follow the API's rule: open when the server has public reads, else a
-`read` token, which the page's token field keeps in a cookie. Writes (acknowledge, resolve)
-go from the page's JavaScript to the API with the token as a bearer header.
+`read` token, which the page's token field keeps in a cookie; a token limited to projects
+sees those projects only, as in the API (lists leave the others out, their runs and series
+are "not found"). Writes (acknowledge, resolve) go from the page's JavaScript to the API
+with the token as a bearer header.
 
 Errors (unknown series or run, bad query, missing token) are HTML pages with the reason,
 never a JSON body or a traceback in the browser.
@@ -47,7 +49,13 @@ from app.services import series as series_service
 from app.services import workers as worker_service
 from app.services.changes import AttributedChange, attribute_changes
 from app.services.series import Point, SeriesFilter
-from app.services.tokens import authenticate, has_scope
+from app.services.tokens import (
+    EVERY_PROJECT,
+    ProjectAccess,
+    authenticate,
+    has_scope,
+    project_access,
+)
 
 from . import figures
 
@@ -145,10 +153,11 @@ class PageRoute(APIRoute):
         return page_handler
 
 
-def page_access(request: Request, session: SessionDep, settings: SettingsDep) -> None:
-    """Reads are open with public reads; otherwise the token cookie must have `read`."""
+def page_access(request: Request, session: SessionDep, settings: SettingsDep) -> ProjectAccess:
+    """Reads are open with public reads; otherwise the token cookie must have `read`, and
+    its project limit applies (the API's deps.require_read, from a cookie)."""
     if settings.public_reads:
-        return
+        return EVERY_PROJECT
     plaintext = request.cookies.get(TOKEN_COOKIE)
     if not plaintext:
         raise Unauthorized("this server has no public reads: paste a token with the 'read' "
@@ -158,9 +167,10 @@ def page_access(request: Request, session: SessionDep, settings: SettingsDep) ->
         raise Unauthorized("the saved token is invalid or revoked: paste another one")
     if not has_scope(token, "read"):
         raise Forbidden(f"token {token.name!r} lacks the 'read' scope")
+    return project_access(token)
 
 
-PageAccess = Annotated[None, Depends(page_access)]
+PageAccess = Annotated[ProjectAccess, Depends(page_access)]
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False,
                    default_response_class=HTMLResponse)
@@ -201,12 +211,13 @@ class OverviewRow:
     sparkline: Markup
 
 
-def _active_regressions(session: SessionDep, project: str | None) -> dict[int, Regression]:
+def _active_regressions(session: SessionDep, project: str | None,
+                        access: ProjectAccess) -> dict[int, Regression]:
     """Series id -> its active regression (an open one wins over an acknowledged one)."""
     out: dict[int, Regression] = {}
     for status in ("acknowledged", "open"):
         page, _ = regression_service.list_regressions(session, status=status, project=project,
-                                                      limit=500)
+                                                      limit=500, access=access)
         for regression in page:
             out[regression.series_id] = regression
     return out
@@ -237,7 +248,7 @@ def _estimate_labels(series: list[Series]) -> list[str]:
 def overview(
     request: Request,
     session: SessionDep,
-    _access: PageAccess,
+    access: PageAccess,
     project: Annotated[str | None, Query(max_length=100)] = None,
     model: Annotated[str | None, Query(max_length=100)] = None,
     backend: Annotated[str | None, Query(max_length=50)] = None,
@@ -253,10 +264,11 @@ def overview(
                 "precision": precision, "batch_size": batch_size, "shape_mode": shape_mode,
                 "device_class": device_class, "threads": threads, "timing_mode": timing_mode}
     filters = _filters(selected)
-    found = series_service.list_series(session, filters, limit=OVERVIEW_LIMIT + 1)
+    found = series_service.list_series(session, filters, limit=OVERVIEW_LIMIT + 1,
+                                       access=access)
     truncated = len(found) > OVERVIEW_LIMIT
     found = found[:OVERVIEW_LIMIT]
-    active = _active_regressions(session, filters.project)
+    active = _active_regressions(session, filters.project, access)
     sparks = series_service.recent_speedups(session, [s.id for s, _ in found],
                                             per_series=SPARKLINE_POINTS)
     rows = []
@@ -279,7 +291,7 @@ def overview(
     )
     any_series = bool(rows) or any(v for v in selected.values())
     return _page(request, "overview.html", rows=rows, chart=chart, truncated=truncated,
-                 limit=OVERVIEW_LIMIT, axes=series_service.axis_values(session),
+                 limit=OVERVIEW_LIMIT, axes=series_service.axis_values(session, access),
                  selected=selected, any_series=any_series,
                  counts={s: sum(1 for r in rows if r.status == s) for s in STATUS_ORDER})
 
@@ -302,12 +314,12 @@ def _siblings(session: SessionDep, series: Series) -> list[Series]:
 
 @router.get("/series/{key:path}")
 def series_page(
-    key: str, request: Request, session: SessionDep, _access: PageAccess,
+    key: str, request: Request, session: SessionDep, access: PageAccess,
     project: Annotated[str | None, Query(max_length=100)] = None,
 ) -> HTMLResponse:
     """One project's series (`?project=`, which may be left out while the key exists in
     one project only, as in the API), with its weight siblings of that project overlaid."""
-    series = series_service.get_series(session, key, project)
+    series = series_service.get_series(session, key, project, access)
     ordered = [series, *sorted(_siblings(session, series), key=lambda s: s.weights)]
     traces: list[figures.SeriesTrace] = []
     regressions: list[Regression] = []
@@ -349,23 +361,23 @@ def series_page(
 def compare_page(
     request: Request,
     session: SessionDep,
-    _access: PageAccess,
+    access: PageAccess,
     base: Annotated[int | None, Query(ge=1)] = None,
     head: Annotated[int | None, Query(ge=1)] = None,
 ) -> HTMLResponse:
-    runs, _ = run_service.list_runs(session, limit=RUN_LIST_LIMIT)
+    runs, _ = run_service.list_runs(session, limit=RUN_LIST_LIMIT, access=access)
     finished = [r for r in runs if r.status in RUN_TERMINAL]
     if base is None and head is None and len(finished) >= 2:
         base, head = finished[1].id, finished[0].id
     context: dict[str, Any] = {"runs": runs, "base": base, "head": head, "rows": [],
                                "comparison": None}
     if base is not None and head is not None:
-        comparison = series_service.compare_runs(session, base, head)
+        comparison = series_service.compare_runs(session, base, head, access)
         rows = sorted(comparison.rows, key=lambda r: r.change)
         context.update(
             comparison=comparison, rows=rows,
-            base_run=run_service.get_run(session, base),
-            head_run=run_service.get_run(session, head),
+            base_run=run_service.get_run(session, base, access),
+            head_run=run_service.get_run(session, head, access),
             chart=figures.changes_figure(
                 [figures.Change(r.series_key, r.change, not r.ci_overlap) for r in rows],
                 empty_reason="the two runs share no series with a measured point",
@@ -380,8 +392,8 @@ def compare_page(
 # ---- runs ----------------------------------------------------------------------------------
 
 @router.get("/runs")
-def runs_page(request: Request, session: SessionDep, _access: PageAccess) -> HTMLResponse:
-    runs, _ = run_service.list_runs(session, limit=RUN_LIST_LIMIT)
+def runs_page(request: Request, session: SessionDep, access: PageAccess) -> HTMLResponse:
+    runs, _ = run_service.list_runs(session, limit=RUN_LIST_LIMIT, access=access)
     counts = run_service.run_summary_counts(session, [r.id for r in runs])
     return _page(request, "runs.html", runs=runs, counts=counts, limit=RUN_LIST_LIMIT)
 
@@ -414,9 +426,9 @@ def _unserved_queues(session: Session, settings: Settings,
 @router.get("/runs/{run_id}")
 def run_page(
     run_id: int, request: Request, session: SessionDep, settings: SettingsDep,
-    _access: PageAccess,
+    access: PageAccess,
 ) -> HTMLResponse:
-    run: Run = run_service.get_run(session, run_id)
+    run: Run = run_service.get_run(session, run_id, access)
     cells = run_service.run_cells(session, run.id)
     counts = run_service.cell_counts(session, run.id)
     results: list[Result] = [r for _, r in cells if r is not None]
@@ -463,12 +475,12 @@ def workers_page(
 
 @router.get("/regressions")
 def regressions_page(
-    request: Request, session: SessionDep, _access: PageAccess,
+    request: Request, session: SessionDep, access: PageAccess,
 ) -> HTMLResponse:
     groups = {}
     for status in ("open", "acknowledged", "resolved"):
         groups[status], _ = regression_service.list_regressions(
-            session, status=status, limit=REGRESSION_LIST_LIMIT)
+            session, status=status, limit=REGRESSION_LIST_LIMIT, access=access)
     active = [r for s in ("open", "acknowledged") for r in groups[s] if r.magnitude is not None]
     chart = figures.magnitudes_figure(
         [f"#{r.id} {r.series.key}" for r in active], [r.magnitude or 0.0 for r in active],

@@ -20,6 +20,7 @@ from app.detection.policy import DetectionPolicy
 from app.errors import InvalidRequest, NotFound
 from app.models import Project, Run
 from app.services.common import get_or_create_project
+from app.services.tokens import EVERY_PROJECT, ProjectAccess
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +37,17 @@ def project_policy(project: Project) -> DetectionPolicy:
         return DetectionPolicy()
 
 
-def get_project(session: Session, name: str) -> Project:
+def get_project(session: Session, name: str, access: ProjectAccess = EVERY_PROJECT) -> Project:
     project = session.scalars(select(Project).where(Project.name == name)).first()
-    if project is None:
+    if project is None or not access.allows(name):
         raise NotFound(f"project {name!r} not found")
     return project
 
 
-def read_policy(session: Session, name: str) -> tuple[Project, DetectionPolicy]:
+def read_policy(session: Session, name: str,
+                access: ProjectAccess = EVERY_PROJECT) -> tuple[Project, DetectionPolicy]:
     """The project's effective policy (the defaults where none is stored)."""
-    project = get_project(session, name)
+    project = get_project(session, name, access)
     return project, project_policy(project)
 
 

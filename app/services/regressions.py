@@ -15,14 +15,18 @@ from sqlalchemy.orm import Session
 
 from app.errors import Conflict, NotFound
 from app.models import Project, Regression, Series
+from app.services.tokens import EVERY_PROJECT, ProjectAccess
 
 # status -> the statuses a person may move it to
 TRANSITIONS = {"open": ("acknowledged", "resolved"), "acknowledged": ("resolved",),
                "resolved": ()}
 
 
-def get_regression(session: Session, regression_id: int, *, lock: bool = False) -> Regression:
-    query = select(Regression).where(Regression.id == regression_id)
+def get_regression(session: Session, regression_id: int, *, lock: bool = False,
+                   access: ProjectAccess = EVERY_PROJECT) -> Regression:
+    """Another project's regression is as unknown as a missing one (see ProjectAccess)."""
+    query = access.restrict(select(Regression).where(Regression.id == regression_id),
+                            Regression.project_id)
     if lock:
         query = query.with_for_update(of=Regression).execution_options(populate_existing=True)
     regression = session.scalars(query).unique().first()
@@ -34,9 +38,10 @@ def get_regression(session: Session, regression_id: int, *, lock: bool = False) 
 def list_regressions(
     session: Session, *, status: str | None = None, project: str | None = None,
     series_key: str | None = None, limit: int = 50, cursor: int | None = None,
+    access: ProjectAccess = EVERY_PROJECT,
 ) -> tuple[list[Regression], int | None]:
     """Newest first; returns (page, next cursor)."""
-    query = select(Regression)
+    query = access.restrict(select(Regression), Regression.project_id)
     if status is not None:
         query = query.where(Regression.status == status)
     if project is not None:
@@ -52,9 +57,10 @@ def list_regressions(
     return page, (page[-1].id if len(found) > limit else None)
 
 
-def transition(session: Session, regression_id: int, to: str, by: str) -> Regression:
+def transition(session: Session, regression_id: int, to: str, by: str,
+               access: ProjectAccess = EVERY_PROJECT) -> Regression:
     """Acknowledge or resolve by hand; Conflict if the regression is not in a state for it."""
-    regression = get_regression(session, regression_id, lock=True)
+    regression = get_regression(session, regression_id, lock=True, access=access)
     if to not in TRANSITIONS[regression.status]:
         raise Conflict(f"regression {regression_id} is {regression.status}; it cannot be "
                        f"{to} now")

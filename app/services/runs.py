@@ -42,6 +42,7 @@ from app.services.common import (
     get_or_create_series,
     spec_hash,
 )
+from app.services.tokens import EVERY_PROJECT, ProjectAccess
 from app.services.workers import check_interpreter
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec, SpecError, default_sides, default_timing
@@ -551,9 +552,10 @@ def on_run_finished(session: Session, run_id: int, settings: Settings | None = N
         record_deliveries(session, [(e.regression_id, e.event) for e in events])
 
 
-def get_run(session: Session, run_id: int) -> Run:
+def get_run(session: Session, run_id: int, access: ProjectAccess = EVERY_PROJECT) -> Run:
+    """Another project's run is as unknown as a missing one (ProjectAccess says why)."""
     run = session.get(Run, run_id)
-    if run is None:
+    if run is None or not access.allows(run.project.name):
         raise NotFound(f"run {run_id} not found")
     return run
 
@@ -592,9 +594,10 @@ def run_cells(
 def list_runs(
     session: Session, *, project: str | None = None, status: str | None = None,
     branch: str | None = None, limit: int = 50, cursor: int | None = None,
+    access: ProjectAccess = EVERY_PROJECT,
 ) -> tuple[list[Run], int | None]:
     """Newest first; returns (page, next cursor)."""
-    query = select(Run)
+    query = access.restrict(select(Run), Run.project_id)
     if project is not None:
         query = query.join(Project, Project.id == Run.project_id).where(Project.name == project)
     if status is not None:

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, aliased
 
 from app.errors import InvalidRequest, NotFound
 from app.models import Project, Result, Run, Series
+from app.services.tokens import EVERY_PROJECT, ProjectAccess
 
 # The `threads` filter value for series that use the library's default (threads NULL).
 THREADS_AUTO = "auto"
@@ -129,11 +130,12 @@ def parse_cursor(cursor: str) -> tuple[str, int | None]:
 
 
 def list_series(
-    session: Session, filters: SeriesFilter, *, limit: int, after: str | None = None
+    session: Session, filters: SeriesFilter, *, limit: int, after: str | None = None,
+    access: ProjectAccess = EVERY_PROJECT,
 ) -> list[tuple[Series, Point | None]]:
     """Series ordered by key, then id (one key may exist in several projects), with their
     latest point; keyset pagination: the series after cursor `after` (`series_cursor`)."""
-    query = filters.apply(select(Series))
+    query = access.restrict(filters.apply(select(Series)), Series.project_id)
     if after is not None:
         key, series_id = parse_cursor(after)
         query = query.where(Series.key > key if series_id is None else or_(
@@ -157,11 +159,13 @@ def _latest_points(session: Session, series_ids: list[int]) -> dict[int, Point]:
     return {row[0]: point for row, point in zip(rows, points, strict=True)}
 
 
-def get_series(session: Session, key: str, project: str | None = None) -> Series:
+def get_series(session: Session, key: str, project: str | None = None,
+               access: ProjectAccess = EVERY_PROJECT) -> Series:
     """The series of `key` in `project`. Without a project, the key's only series; a key
     that several projects measure is ambiguous (InvalidRequest naming the field `project`
-    and the projects), because their histories are not comparable."""
-    query = select(Series).where(Series.key == key)
+    and the projects), because their histories are not comparable. Projects outside
+    `access` do not count, so neither the 404 nor the ambiguity names them."""
+    query = access.restrict(select(Series).where(Series.key == key), Series.project_id)
     if project is not None:
         found = session.scalars(query.join(Project, Project.id == Series.project_id)
                                 .where(Project.name == project)).first()
@@ -203,16 +207,18 @@ def series_points(
 AXES = ("model", "backend", "weights", "precision", "batch_size", "shape_mode", "device_class")
 
 
-def axis_values(session: Session) -> dict[str, list[Any]]:
+def axis_values(session: Session, access: ProjectAccess = EVERY_PROJECT) -> dict[str, list[Any]]:
     """The distinct values of each series axis (the dashboard's filter choices): the names
     of projects with series, the key's axes, threads as numbers (THREADS_AUTO first for
-    the library's default) and the timing modes."""
+    the library's default) and the timing modes; of the projects in `access` only, since
+    the choices would otherwise name the others."""
     out: dict[str, list[Any]] = {"project": list(session.scalars(
-        select(Project.name).where(Project.id.in_(select(Series.project_id)))
-        .order_by(Project.name)))}
+        access.restrict(select(Project.name), Project.id)
+        .where(Project.id.in_(select(Series.project_id))).order_by(Project.name)))}
     for axis in AXES:
         column = getattr(Series, axis)
-        out[axis] = list(session.scalars(select(column).distinct().order_by(column)))
+        out[axis] = list(session.scalars(
+            access.restrict(select(column), Series.project_id).distinct().order_by(column)))
     threads = set(session.scalars(select(Series.threads).distinct()))
     out["threads"] = ([THREADS_AUTO] if None in threads else []) + sorted(
         t for t in threads if t is not None)
@@ -341,9 +347,11 @@ def _ok_results_by_series(session: Session, run_id: int) -> dict[str, Result]:
     return {key: result for key, result in rows}
 
 
-def compare_runs(session: Session, base_id: int, head_id: int) -> Comparison:
+def compare_runs(session: Session, base_id: int, head_id: int,
+                 access: ProjectAccess = EVERY_PROJECT) -> Comparison:
     for name, run_id in (("base", base_id), ("head", head_id)):
-        if session.get(Run, run_id) is None:
+        run = session.get(Run, run_id)
+        if run is None or not access.allows(run.project.name):
             raise NotFound(f"{name} run {run_id} not found")
     base = _ok_results_by_series(session, base_id)
     head = _ok_results_by_series(session, head_id)

@@ -1,24 +1,36 @@
 """Who may call what, for every route the app has: the routes are enumerated from the app, so
-a new endpoint without a row in these tables fails here until someone decides its scope.
+a new endpoint without a row in these tables fails here until someone decides its scope,
+and whether (and how) it touches a project's data.
 
 Writes: no token or a wrong one -> 401, a revoked one -> 401, one without the scope -> 403,
 one with it gets past authentication. Reads: the same with public reads off. Token
 management is admin-only even where reads are public.
+
+Tokens limited to projects: a route that names its project (trigger, ingest, detection
+policy) refuses another project with 403; one object of another project (a run, series,
+regression, comparison, policy, by id, key or name) is a 404 as if it did not exist, and
+nothing changes; a list leaves other projects out. A token limited to the right project
+is served as an unlimited one. With public reads a limit restricts writes only.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
+from fastapi.dependencies.models import Dependant
 from fastapi.testclient import TestClient
 
+from app.api import deps
 from app.config import Settings
-from app.dashboard.routes import TOKEN_COOKIE
+from app.dashboard.routes import TOKEN_COOKIE, page_access
 from app.main import create_app
 from app.services.tokens import authenticate, revoke_token
-from tests.app.factories import bearer
+from tests.app.detection_docs import body, measured
+from tests.app.factories import bearer, bench_result, ingest_body, run_request, tiny_spec
 
 # (method, route template) -> the scope it needs. Every non-GET route must be listed.
 WRITES: dict[tuple[str, str], str] = {
@@ -40,9 +52,11 @@ PRIVILEGED_READS: dict[str, str] = {"/api/v1/tokens": "admin"}
 UNDER_SCOPED = {"ci": ["read"], "admin": ["read", "ci"]}
 
 
-def _route_table(routes: Iterable[object], prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(method, path template) of every route, looking inside included routers and mounts
-    (FastAPI wraps `include_router` results, so `app.routes` alone is not the table)."""
+def _route_table(
+    routes: Iterable[object], prefix: str = ""
+) -> Iterator[tuple[str, str, object]]:
+    """(method, path template, route) of every route, looking inside included routers and
+    mounts (FastAPI wraps `include_router` results, so `app.routes` alone is not the table)."""
     for route in routes:
         inner = getattr(route, "original_router", None)
         if inner is not None:
@@ -53,14 +67,15 @@ def _route_table(routes: Iterable[object], prefix: str = "") -> Iterator[tuple[s
                 if method not in ("HEAD", "OPTIONS"):
                     # `{key:path}` is `{key}` in the OpenAPI document
                     template = prefix + route.path  # type: ignore[attr-defined]
-                    yield method, re.sub(r"\{(\w+):[^}]+\}", r"{\1}", template)
+                    yield method, re.sub(r"\{(\w+):[^}]+\}", r"{\1}", template), route
         elif getattr(route, "routes", None) is not None:  # a Mount
             yield from _route_table(route.routes,  # type: ignore[attr-defined]
                                     prefix + getattr(route, "path", ""))
 
 
 APP = create_app(Settings(database_url="sqlite://", executor="none"))
-ROUTES = set(_route_table(APP.routes))
+ROUTE_OBJECTS = {(method, path): route for method, path, route in _route_table(APP.routes)}
+ROUTES = set(ROUTE_OBJECTS)
 
 
 def test_the_route_table_sees_every_documented_operation() -> None:
@@ -203,3 +218,265 @@ def test_an_admin_manages_tokens_over_http_and_a_revoked_one_stops_working(
 
     with session_scope(settings) as session:
         assert authenticate(session, new["token"]) is None
+
+
+# ---- tokens limited to projects ------------------------------------------------------------
+
+MINE, THEIRS = "proj-mine", "proj-theirs"
+KEY = tiny_spec().series_key("cpu")  # both projects measure it
+
+# How a token limited to projects is held to them, for every route with a project's data:
+#   "write":  the request names its project -> 403 for another one
+#   "object": one object of a project, by id, key or name -> 404 as if it did not exist
+#   "list":   other projects' rows are left out (200)
+PROJECT_DATA: dict[tuple[str, str], str] = {
+    ("POST", "/api/v1/runs"): "write",
+    ("POST", "/api/v1/results"): "write",
+    ("PUT", "/api/v1/projects/{name}/detection"): "write",
+    ("POST", "/api/v1/regressions/{regression_id}/acknowledge"): "object",
+    ("POST", "/api/v1/regressions/{regression_id}/resolve"): "object",
+    ("GET", "/api/v1/projects/{name}/detection"): "object",
+    ("GET", "/api/v1/runs"): "list",
+    ("GET", "/api/v1/runs/{run_id}"): "object",
+    ("GET", "/api/v1/series"): "list",
+    ("GET", "/api/v1/series/{key}/points"): "object",
+    ("GET", "/api/v1/series/{key}/changes"): "object",
+    ("GET", "/api/v1/regressions"): "list",
+    ("GET", "/api/v1/regressions/{regression_id}"): "object",
+    ("GET", "/api/v1/compare"): "object",
+    ("GET", "/"): "list",
+    ("GET", "/runs"): "list",
+    ("GET", "/regressions"): "list",
+    ("GET", "/runs/{run_id}"): "object",
+    ("GET", "/series/{key}"): "object",
+    ("GET", "/compare"): "object",
+}
+# Routes with no project's data, and why a limit leaves them alone.
+TOKEN_MANAGEMENT = "token management: an admin token of every project only"
+NO_PROJECT_DATA: dict[tuple[str, str], str] = {
+    ("GET", "/healthz"): "a probe",
+    ("GET", "/metrics"): "server-wide counts by status, naming no project",
+    ("GET", "/openapi.json"): "the API's own description",
+    ("GET", "/docs"): "the API's own description",
+    ("GET", "/docs/oauth2-redirect"): "the API's own description",
+    ("GET", "/redoc"): "the API's own description",
+    ("GET", "/static/dashboard.{name}"): "an asset",
+    ("GET", "/static/plotly.min.js"): "an asset",
+    ("GET", "/api/v1/workers"): "workers and per-queue cell counts, naming no project",
+    ("GET", "/workers"): "workers and per-queue cell counts, naming no project",
+    ("GET", "/api/v1/tokens"): TOKEN_MANAGEMENT,
+    ("POST", "/api/v1/tokens"): TOKEN_MANAGEMENT,
+    ("POST", "/api/v1/tokens/{token_id}/revoke"): TOKEN_MANAGEMENT,
+}
+# The dependencies that turn a token into the projects it may touch (deps, dashboard).
+PROJECT_ACCESS: set[Callable[..., Any]] = {deps.require_read, deps.ci_access,
+                                           deps.admin_access, page_access}
+
+
+def _dependencies(dependant: Dependant) -> set[Callable[..., Any]]:
+    found: set[Callable[..., Any]] = set()
+    for sub in dependant.dependencies:
+        if sub.call is not None:
+            found.add(sub.call)
+        found |= _dependencies(sub)
+    return found
+
+
+def test_every_route_has_a_decided_project_rule() -> None:
+    assert not set(PROJECT_DATA) & set(NO_PROJECT_DATA)
+    assert set(PROJECT_DATA) | set(NO_PROJECT_DATA) == ROUTES, (
+        "a route was added or removed: say in PROJECT_DATA how a token limited to projects "
+        "is held to it, or in NO_PROJECT_DATA why it has no project's data")
+
+
+@pytest.mark.parametrize(("method", "template"), sorted(PROJECT_DATA),
+                         ids=[f"{m} {p}" for m, p in sorted(PROJECT_DATA)])
+def test_every_route_with_project_data_resolves_the_callers_projects(
+    method: str, template: str
+) -> None:
+    """The rule lives in one place (ProjectAccess, from these dependencies); a route that
+    does not ask for it cannot be applying it."""
+    route = ROUTE_OBJECTS[(method, template)]
+    assert _dependencies(route.dependant) & PROJECT_ACCESS  # type: ignore[attr-defined]
+
+
+def test_token_management_routes_and_only_they_need_an_admin_of_every_project() -> None:
+    for (method, template), why in NO_PROJECT_DATA.items():
+        dependant = getattr(ROUTE_OBJECTS[(method, template)], "dependant", None)
+        calls = _dependencies(dependant) if dependant is not None else set()
+        assert (deps.require_token_admin in calls) == (why == TOKEN_MANAGEMENT), template
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """One project's history: two ingest runs (v1 at 2.0x, v2 at 1.6x) and the regression
+    the second opened."""
+
+    name: str
+    run_ids: tuple[int, int]
+    regression_id: int
+
+
+@pytest.fixture
+def world(client: TestClient, tokens: dict[str, str]) -> dict[str, Seeded]:
+    ci = bearer(tokens["ci"])
+    seeded = {}
+    for name in (MINE, THEIRS):
+        runs = []
+        for revision, speedup, kernels in (("v1", 2.0, 58), ("v2", 1.6, 161)):
+            document = measured(speedup, evidence={"kernels_per_inference": kernels})
+            posted = client.post("/api/v1/results", json=body(document, revision, name),
+                                 headers=ci)
+            assert posted.status_code == 201, posted.text
+            runs.append(posted.json()["run_id"])
+        listed = client.get("/api/v1/regressions", params={"project": name}, headers=ci)
+        (regression,) = listed.json()["items"]
+        seeded[name] = Seeded(name, (runs[0], runs[1]), regression["id"])
+    return seeded
+
+
+@pytest.fixture
+def mine_only(settings: Settings) -> dict[str, str]:
+    """A token of each scope limited to MINE."""
+    from app.db import session_scope
+    from app.services.tokens import create_token
+
+    with session_scope(settings) as session:
+        return {scope: create_token(session, scope, f"{scope}-of-mine", [MINE])[1]
+                for scope in ("read", "ci", "admin")}
+
+
+def _project_request(method: str, template: str, project: Seeded) -> tuple[str, Any]:
+    """The request of this route for `project`'s data (url, json body)."""
+    url = (template.replace("{run_id}", str(project.run_ids[1]))
+           .replace("{regression_id}", str(project.regression_id))
+           .replace("{name}", project.name).replace("{key}", KEY))
+    if "{key}" in template:
+        url += f"?project={project.name}"
+    if template.endswith("/compare"):
+        url += f"?base={project.run_ids[0]}&head={project.run_ids[1]}"
+    bodies: dict[str, Any] = {
+        "/api/v1/runs": run_request(project=project.name),
+        "/api/v1/results": ingest_body(bench_result(), project=project.name),
+        "/api/v1/projects/{name}/detection": {"threshold": 0.1},
+    }
+    return url, bodies.get(template) if method != "GET" else None
+
+
+def _send(client: TestClient, method: str, template: str, project: Seeded,
+          token: str) -> tuple[int, str]:
+    """The route's request for `project`, with `token` as a page's cookie or a bearer."""
+    url, json = _project_request(method, template, project)
+    client.cookies.clear()
+    if template.startswith(MACHINE_READS):
+        response = client.request(method, url, json=json, headers=bearer(token))
+    else:
+        client.cookies.set(TOKEN_COOKIE, token)
+        response = client.get(url)
+        client.cookies.clear()
+    return response.status_code, response.text
+
+
+def _scope(method: str, template: str) -> str:
+    return WRITES.get((method, template), "read")
+
+
+def _everything(client: TestClient, admin: str) -> list[object]:
+    """What an unlimited admin sees of both projects: runs, regressions and policies."""
+    out: list[object] = []
+    for path in ("/api/v1/runs", "/api/v1/regressions"):
+        out.append(client.get(path, headers=bearer(admin)).json()["items"])
+    for name in (MINE, THEIRS):
+        out.append(client.get(f"/api/v1/projects/{name}/detection",
+                              headers=bearer(admin)).json())
+    return out
+
+
+@pytest.mark.parametrize(("method", "template"), sorted(PROJECT_DATA),
+                         ids=[f"{m} {p}" for m, p in sorted(PROJECT_DATA)])
+def test_a_token_limited_to_another_project_is_refused_or_sees_nothing_of_it(
+    client: TestClient, tokens: dict[str, str], world: dict[str, Seeded],
+    mine_only: dict[str, str], method: str, template: str,
+) -> None:
+    kind = PROJECT_DATA[(method, template)]
+    before = _everything(client, tokens["admin"])
+    status, text = _send(client, method, template, world[THEIRS],
+                         mine_only[_scope(method, template)])
+    if kind == "write":
+        assert status == 403, text
+        assert f"limited to project(s) {MINE}; not '{THEIRS}'" in text
+    elif kind == "object":
+        assert status == 404 and "not found" in text.lower(), text
+    else:
+        assert status == 200, text
+        assert MINE in text and THEIRS not in text
+    assert _everything(client, tokens["admin"]) == before, "a refused request changed data"
+
+
+@pytest.mark.parametrize(("method", "template"), sorted(PROJECT_DATA),
+                         ids=[f"{m} {p}" for m, p in sorted(PROJECT_DATA)])
+def test_a_token_limited_to_the_right_project_is_served_and_shown_nothing_else(
+    client: TestClient, world: dict[str, Seeded], mine_only: dict[str, str],
+    method: str, template: str,
+) -> None:
+    status, text = _send(client, method, template, world[MINE],
+                         mine_only[_scope(method, template)])
+    assert status in (200, 201), text
+    assert THEIRS not in text
+
+
+@pytest.mark.parametrize("path", ["/api/v1/runs", "/api/v1/series", "/api/v1/regressions"])
+def test_a_limited_token_filtering_lists_by_another_project_gets_an_empty_page(
+    client: TestClient, world: dict[str, Seeded], mine_only: dict[str, str], path: str
+) -> None:
+    response = client.get(path, params={"project": THEIRS}, headers=bearer(mine_only["read"]))
+    assert response.status_code == 200 and response.json()["items"] == []
+    assert client.get(path, params={"project": MINE},
+                      headers=bearer(mine_only["read"])).json()["items"]
+
+
+def test_a_key_both_projects_measure_is_not_ambiguous_to_a_token_limited_to_one(
+    client: TestClient, tokens: dict[str, str], world: dict[str, Seeded],
+    mine_only: dict[str, str],
+) -> None:
+    path = f"/api/v1/series/{KEY}/points"
+    unlimited = client.get(path, headers=bearer(tokens["read"]))
+    assert unlimited.status_code == 422 and THEIRS in unlimited.text  # names both projects
+    limited = client.get(path, headers=bearer(mine_only["read"]))
+    assert limited.status_code == 200, limited.text
+    assert limited.json()["series"]["project"] == MINE and THEIRS not in limited.text
+
+
+@pytest.mark.parametrize(("method", "template"), sorted(
+    k for k, why in NO_PROJECT_DATA.items() if why == TOKEN_MANAGEMENT))
+def test_an_admin_token_limited_to_projects_cannot_manage_tokens(
+    client: TestClient, mine_only: dict[str, str], method: str, template: str
+) -> None:
+    status, body = _call(client, method, template, bearer(mine_only["admin"]))
+    assert status == 403 and "admin token of every project" in str(body["detail"]), body
+
+
+def test_routes_without_project_data_serve_a_limited_token_as_an_unlimited_one(
+    client: TestClient, tokens: dict[str, str], mine_only: dict[str, str]
+) -> None:
+    for method, template in sorted(k for k, why in NO_PROJECT_DATA.items()
+                                   if why != TOKEN_MANAGEMENT):
+        assert method == "GET"
+        limited = client.get(_url(template), headers=bearer(mine_only["read"])).status_code
+        unlimited = client.get(_url(template), headers=bearer(tokens["read"])).status_code
+        assert limited == unlimited, template
+
+
+def test_with_public_reads_a_limit_restricts_writes_only(
+    settings: Settings, world: dict[str, Seeded], mine_only: dict[str, str]
+) -> None:
+    """Anyone reads every project there without a token; hiding them from a token's holder
+    would protect nothing."""
+    public = create_app(settings.model_copy(update={"public_reads": True}))
+    with TestClient(public) as client:
+        runs = client.get("/api/v1/runs", headers=bearer(mine_only["read"])).json()["items"]
+        assert {r["project"] for r in runs} == {MINE, THEIRS}
+        theirs = _project_request("GET", "/api/v1/runs/{run_id}", world[THEIRS])[0]
+        assert client.get(theirs, headers=bearer(mine_only["read"])).status_code == 200
+        url, json = _project_request("POST", "/api/v1/runs", world[THEIRS])
+        assert client.post(url, json=json, headers=bearer(mine_only["ci"])).status_code == 403

@@ -142,3 +142,88 @@ def test_cli_refuses_an_unknown_scope_with_one_line(settings: Settings) -> None:
     assert result.exit_code == 1
     assert "scope: 'root' is not one of read, ci, admin" in result.output
     assert "Traceback" not in result.output
+
+
+def test_an_admin_limits_a_token_to_projects_over_http_and_the_listing_shows_them(
+    client: TestClient, admin_token: str
+) -> None:
+    created = client.post("/api/v1/tokens", headers=bearer(admin_token), json={
+        "scope": "ci", "name": "vision-ci", "projects": ["vision", "audio", "vision"]})
+    assert created.status_code == 201, created.text
+    assert created.json()["projects"] == ["audio", "vision"]  # sorted, once each
+    limited = bearer(created.json()["token"])
+    assert client.post("/api/v1/runs", json=run_request(project="vision"),
+                       headers=limited).status_code == 201
+    refused = client.post("/api/v1/runs", json=run_request(project="text"), headers=limited)
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == ("token 'vision-ci' is limited to project(s) audio, "
+                                        "vision; not 'text'")
+
+    listed = {t["name"]: t["projects"] for t in client.get(
+        "/api/v1/tokens", headers=bearer(admin_token)).json()["items"]}
+    assert listed["vision-ci"] == ["audio", "vision"]
+    assert listed["test-admin"] is None  # every project
+
+
+def test_a_token_may_be_limited_to_a_project_its_first_run_creates(
+    client: TestClient, admin_token: str
+) -> None:
+    created = client.post("/api/v1/tokens", headers=bearer(admin_token),
+                          json={"scope": "ci", "projects": ["not-yet"]})
+    assert created.status_code == 201, created.text
+    token = bearer(created.json()["token"])
+    assert client.get("/api/v1/projects/not-yet/detection", headers=token).status_code == 404
+    assert client.post("/api/v1/runs", json=run_request(project="not-yet"),
+                       headers=token).status_code == 201
+    assert client.get("/api/v1/projects/not-yet/detection", headers=token).status_code == 200
+
+
+@pytest.mark.parametrize(("projects", "needle"), [
+    ([], "at least 1 item"),
+    (["-leading-dash"], "pattern"),
+    (["a" * 101], "at most 100 characters"),
+])
+def test_a_limit_must_name_valid_projects(
+    client: TestClient, admin_token: str, projects: list[str], needle: str
+) -> None:
+    """An empty list is refused, not read as "every project": a script that computed no
+    project did not mean all of them."""
+    response = client.post("/api/v1/tokens", headers=bearer(admin_token),
+                           json={"scope": "read", "projects": projects})
+    assert response.status_code == 422 and needle in response.text, response.text
+
+
+def test_the_service_refuses_an_empty_or_malformed_limit_too(session: Session) -> None:
+    from app.errors import InvalidRequest
+
+    for projects in ([], ["has space"], ["x" * 101]):
+        with pytest.raises(InvalidRequest) as refused:
+            create_token(session, "ci", projects=projects)
+        assert refused.value.field == "projects"
+
+
+def test_cli_creates_a_token_limited_to_projects_and_lists_them(
+    settings: Settings, client: TestClient
+) -> None:
+    runner = CliRunner()
+    created = runner.invoke(cli, ["token", "create", "--scope", "ci", "--name", "gha-vision",
+                                  "--project", "vision", "--project", "audio"])
+    assert created.exit_code == 0, created.output
+    assert "project(s) audio, vision" in created.stderr
+    plaintext = created.stdout.strip().splitlines()[-1]
+    assert client.post("/api/v1/runs", json=run_request(project="audio"),
+                       headers=bearer(plaintext)).status_code == 201
+    assert client.post("/api/v1/runs", json=run_request(project="text"),
+                       headers=bearer(plaintext)).status_code == 403
+    assert runner.invoke(cli, ["token", "create", "--scope", "read"]).exit_code == 0
+
+    lines = runner.invoke(cli, ["token", "list"]).stdout.splitlines()
+    assert next(line for line in lines if "gha-vision" in line).endswith("\tprojects audio,vision")
+    assert next(line for line in lines if "read-token" in line).endswith("\tall projects")
+
+
+def test_cli_refuses_a_malformed_project_with_one_line(settings: Settings) -> None:
+    result = CliRunner().invoke(cli, ["token", "create", "--scope", "ci", "--project", "a b"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: projects: 'a b' is not a project name")
+    assert "Traceback" not in result.output

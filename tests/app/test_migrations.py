@@ -16,10 +16,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from app.db import downgrade, normalize_database_url, upgrade
-from app.models import Base
+from app.models import ApiToken, Base
+from app.services.tokens import authenticate, create_token
 from benchmarks.spec import BenchSpec, TimingPolicy
 from cli.main import cli
 
@@ -306,4 +308,39 @@ def test_upgrade_to_0004_splits_series_by_project_threads_and_timing_mode_keepin
         ("resnet50/tensorrt/constant/fp16/bs1/static/cuda",)]
     assert thresholds() == {"a": {OLD_GPU: 0.08, OLD_CPU: 0.05, UNMEASURED: 0.2},
                             "b": {OLD_CPU: 0.04}}
+    engine.dispose()
+
+
+# ---- 0007: tokens limited to projects ------------------------------------------------------
+
+def test_0007_leaves_existing_tokens_unlimited_and_going_back_revokes_limited_ones(
+    scratch_db: str,
+) -> None:
+    """An older server knows no limits: a limited token must not wake up there as a token
+    of every project."""
+    upgrade(scratch_db, "0006")
+    engine = create_engine(normalize_database_url(scratch_db))
+    with engine.begin() as connection:
+        existing = OldStore(connection).insert(
+            "api_tokens", name="existing", token_hash="a" * 64, scopes=["ci"], created_at=NOW)
+
+    upgrade(scratch_db)
+    with Session(engine) as session:
+        token = session.get(ApiToken, existing)
+        assert token is not None and token.projects is None  # every project, as before
+        limited = create_token(session, "ci", "limited", ["vision"])[1]
+        unlimited = create_token(session, "read", "unlimited")[1]
+        session.commit()
+    assert drift(scratch_db) == []
+
+    downgrade(scratch_db, "0006")
+    with engine.connect() as connection:
+        revoked = {name: at is not None for name, at in connection.execute(
+            text("SELECT name, revoked_at FROM api_tokens"))}
+    assert revoked == {"existing": False, "limited": True, "unlimited": False}
+    upgrade(scratch_db)  # and up again: the revocation holds
+    assert drift(scratch_db) == []
+    with Session(engine) as session:
+        assert authenticate(session, limited) is None
+        assert authenticate(session, unlimited) is not None
     engine.dispose()

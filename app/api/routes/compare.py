@@ -21,13 +21,13 @@ router = APIRouter(prefix="/api/v1/compare", tags=["compare"])
 )
 def compare(
     session: SessionDep,
-    _access: ReadAccess,
+    access: ReadAccess,
     base: Annotated[int, Query(ge=1, le=ID_MAX, description="run id of the reference")],
     head: Annotated[int, Query(ge=1, le=ID_MAX, description="run id to judge")],
 ) -> ComparePublic:
     """`change` is relative (head/base - 1); `ci_overlap` false means the two speedup CIs are
     disjoint, the first sign of a real change (detection decides the verdict)."""
-    comparison = compare_runs(session, base, head)
+    comparison = compare_runs(session, base, head, access)
     return ComparePublic(
         base_run_id=base,
         head_run_id=head,

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from app.api.deps import AdminToken, ReadAccess, SessionDep
+from app.api.deps import AdminAccess, ReadAccess, SessionDep
 from app.api.presenters import error_responses
 from app.detection.policy import DetectionPolicy
 from app.models import Project
@@ -35,18 +35,20 @@ def policy_public(project: Project) -> DetectionPolicyPublic:
             responses={**error_responses(404), **ERRORS},
             summary="A project's detection policy (the defaults if it has none)")
 def get_detection(name: ProjectPath, session: SessionDep,
-                  _access: ReadAccess) -> DetectionPolicyPublic:
-    project, _ = service.read_policy(session, name)
+                  access: ReadAccess) -> DetectionPolicyPublic:
+    project, _ = service.read_policy(session, name, access)
     return policy_public(project)
 
 
 @router.put("/{name:path}/detection", response_model=DetectionPolicyPublic,
             responses=ERRORS, summary="Replace a project's detection policy (admin scope)")
 def put_detection(name: ProjectPath, policy: DetectionPolicy, session: SessionDep,
-                  _token: AdminToken) -> DetectionPolicyPublic:
+                  access: AdminAccess) -> DetectionPolicyPublic:
     """Fields left out take their defaults (this replaces the whole policy). The project is
     created if it does not exist yet, so its policy can be set before its first run. Takes
-    effect for cells judged from now on; open regressions keep their threshold."""
+    effect for cells judged from now on; open regressions keep their threshold. An admin
+    token limited to projects sets the policy of those only (403 for another)."""
+    access.check_write(name)
     project = service.set_policy(session, name, policy)
     session.commit()
     return policy_public(project)

@@ -6,11 +6,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import CiToken, IdCursor, ReadAccess, RowIdPath, SessionDep
+from app.api.deps import CiAccess, CiToken, IdCursor, ReadAccess, RowIdPath, SessionDep
 from app.api.presenters import error_responses
 from app.models import Regression
 from app.schemas import RegressionListPublic, RegressionPublic
 from app.services import regressions as service
+from app.services.tokens import ProjectAccess
 
 router = APIRouter(prefix="/api/v1/regressions", tags=["regressions"])
 
@@ -45,7 +46,7 @@ def regression_public(regression: Regression) -> RegressionPublic:
             summary="List regressions, newest first")
 def list_regressions(
     session: SessionDep,
-    _access: ReadAccess,
+    access: ReadAccess,
     status: Literal["open", "acknowledged", "resolved"] | None = None,
     project: Annotated[str | None, Query(max_length=100)] = None,
     series: Annotated[str | None, Query(max_length=300, description="series key")] = None,
@@ -53,7 +54,8 @@ def list_regressions(
     cursor: IdCursor = None,
 ) -> RegressionListPublic:
     page, next_cursor = service.list_regressions(
-        session, status=status, project=project, series_key=series, limit=limit, cursor=cursor)
+        session, status=status, project=project, series_key=series, limit=limit, cursor=cursor,
+        access=access)
     return RegressionListPublic(items=[regression_public(r) for r in page],
                                 next_cursor=next_cursor)
 
@@ -61,13 +63,14 @@ def list_regressions(
 @router.get("/{regression_id}", response_model=RegressionPublic,
             responses={**error_responses(404), **ERRORS}, summary="One regression")
 def get_regression(
-    regression_id: RowIdPath, session: SessionDep, _access: ReadAccess
+    regression_id: RowIdPath, session: SessionDep, access: ReadAccess
 ) -> RegressionPublic:
-    return regression_public(service.get_regression(session, regression_id))
+    return regression_public(service.get_regression(session, regression_id, access=access))
 
 
-def _move(session: SessionDep, regression_id: int, to: str, by: str) -> RegressionPublic:
-    regression = service.transition(session, regression_id, to, by)
+def _move(session: SessionDep, regression_id: int, to: str, by: str,
+          access: ProjectAccess) -> RegressionPublic:
+    regression = service.transition(session, regression_id, to, by, access)
     session.commit()
     return regression_public(regression)
 
@@ -75,14 +78,18 @@ def _move(session: SessionDep, regression_id: int, to: str, by: str) -> Regressi
 @router.post("/{regression_id}/acknowledge", response_model=RegressionPublic,
              responses={**error_responses(404, 409), **ERRORS},
              summary="Acknowledge an open regression (ci scope)")
-def acknowledge(regression_id: RowIdPath, session: SessionDep, token: CiToken) -> RegressionPublic:
-    """open -> acknowledged, recording the token's name; 409 from any other status."""
-    return _move(session, regression_id, "acknowledged", token.name)
+def acknowledge(regression_id: RowIdPath, session: SessionDep, token: CiToken,
+                access: CiAccess) -> RegressionPublic:
+    """open -> acknowledged, recording the token's name; 409 from any other status; 404
+    for a regression of a project outside the token's limit."""
+    return _move(session, regression_id, "acknowledged", token.name, access)
 
 
 @router.post("/{regression_id}/resolve", response_model=RegressionPublic,
              responses={**error_responses(404, 409), **ERRORS},
              summary="Resolve a regression by hand (ci scope)")
-def resolve(regression_id: RowIdPath, session: SessionDep, token: CiToken) -> RegressionPublic:
-    """open or acknowledged -> resolved; 409 if it is already resolved."""
-    return _move(session, regression_id, "resolved", token.name)
+def resolve(regression_id: RowIdPath, session: SessionDep, token: CiToken,
+            access: CiAccess) -> RegressionPublic:
+    """open or acknowledged -> resolved; 409 if it is already resolved; 404 for a
+    regression of a project outside the token's limit."""
+    return _move(session, regression_id, "resolved", token.name, access)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, BackgroundTasks, Response
 
-from app.api.deps import CiToken, SessionDep, SettingsDep
+from app.api.deps import CiAccess, SessionDep, SettingsDep
 from app.api.presenters import error_responses
 from app.schemas import ResultIngest, ResultIngestedPublic
 from app.services.results import coalescer, ingest_result, judge_ingested
@@ -26,7 +26,7 @@ def post_result(
     body: ResultIngest,
     session: SessionDep,
     settings: SettingsDep,
-    _token: CiToken,
+    access: CiAccess,
     response: Response,
     background: BackgroundTasks,
 ) -> ResultIngestedPublic:
@@ -35,7 +35,9 @@ def post_result(
     that its spec and fingerprint device_class do not give -> 422. It is filed under this
     project's "ingest" run for the revision and environment. The verdict is decided after
     the response is sent (results of one run posted together are judged together, within
-    about half a second): read it from GET /api/v1/runs/{run_id}."""
+    about half a second): read it from GET /api/v1/runs/{run_id}. A token limited to other
+    projects is a 403."""
+    access.check_write(body.project)
     stored, created = ingest_result(session, body, settings)
     session.commit()
     if created and settings.ingest_judge_delay_seconds > 0:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy.orm import Session
 
-from app.api.deps import CiToken, IdCursor, ReadAccess, RowIdPath, SessionDep, SettingsDep
+from app.api.deps import CiAccess, IdCursor, ReadAccess, RowIdPath, SessionDep, SettingsDep
 from app.api.presenters import error_responses, run_detail, run_public
 from app.models import Run
 from app.schemas import (
@@ -43,7 +43,7 @@ def create_run(
     body: RunCreate,
     session: SessionDep,
     settings: SettingsDep,
-    _token: CiToken,
+    access: CiAccess,
     response: Response,
     idempotency_key: Annotated[
         str | None,
@@ -58,7 +58,9 @@ def create_run(
     says so: the run is stored and its cells wait, unsent, until the reconciler sends them
     when the broker is back (however long that takes; such cells are never failed for
     want of a worker), or a retry with the same key sends them. Polling the run works
-    throughout; a 5xx would tell CI the trigger failed when it did not."""
+    throughout; a 5xx would tell CI the trigger failed when it did not.
+    A token limited to other projects is a 403."""
+    access.check_write(body.project)
     outcome = run_service.submit_run(
         session, body, idempotency_key=idempotency_key, settings=settings
     )
@@ -75,14 +77,14 @@ def create_run(
     responses={**error_responses(404), **ERRORS},
     summary="A run: status, per-cell progress, verdict once done",
 )
-def get_run(run_id: RowIdPath, session: SessionDep, _access: ReadAccess) -> RunDetailPublic:
-    return _detail(session, run_service.get_run(session, run_id))
+def get_run(run_id: RowIdPath, session: SessionDep, access: ReadAccess) -> RunDetailPublic:
+    return _detail(session, run_service.get_run(session, run_id, access))
 
 
 @router.get("", response_model=RunListPublic, responses=ERRORS, summary="List runs, newest first")
 def list_runs(
     session: SessionDep,
-    _access: ReadAccess,
+    access: ReadAccess,
     project: Annotated[str | None, Query(max_length=100)] = None,
     status: Literal["queued", "running", "done", "failed"] | None = None,
     branch: Annotated[str | None, Query(max_length=200)] = None,
@@ -90,7 +92,8 @@ def list_runs(
     cursor: IdCursor = None,
 ) -> RunListPublic:
     page, next_cursor = run_service.list_runs(
-        session, project=project, status=status, branch=branch, limit=limit, cursor=cursor)
+        session, project=project, status=status, branch=branch, limit=limit, cursor=cursor,
+        access=access)
     counts = run_service.run_summary_counts(session, [r.id for r in page])
     return RunListPublic(
         items=[run_public(r, counts[r.id]) for r in page],

@@ -38,7 +38,7 @@ ProjectQuery = Annotated[str | None, Query(
             summary="Series (filter by project and axes), each with its latest point")
 def list_series(
     session: SessionDep,
-    _access: ReadAccess,
+    access: ReadAccess,
     project: Annotated[str | None, Query(max_length=100)] = None,
     model: Annotated[str | None, Query(max_length=100)] = None,
     backend: Annotated[str | None, Query(max_length=50)] = None,
@@ -61,7 +61,8 @@ def list_series(
         threads=int(threads) if threads and threads.isdigit() else threads,
         timing_mode=timing_mode,
     )
-    rows = series_service.list_series(session, filters, limit=limit + 1, after=cursor)
+    rows = series_service.list_series(session, filters, limit=limit + 1, after=cursor,
+                                      access=access)
     page = rows[:limit]
     return SeriesListPublic(
         items=[series_public(s, latest) for s, latest in page],
@@ -75,12 +76,12 @@ def list_series(
 def series_points(
     key: str,
     session: SessionDep,
-    _access: ReadAccess,
+    access: ReadAccess,
     project: ProjectQuery = None,
     limit: Annotated[int, Query(ge=1, le=2000)] = 500,
     since: Annotated[datetime | None, Query(description="only points stored at/after")] = None,
 ) -> SeriesPointsPublic:
-    series = series_service.get_series(session, key, project)
+    series = series_service.get_series(session, key, project, access)
     points = series_service.series_points(session, series, limit=limit, since=since)
     latest = points[-1] if points and since is None else series_service.latest_point(
         session, series)
@@ -108,7 +109,7 @@ def change_public(found: AttributedChange) -> ChangePublic:
 def series_change_points(
     key: str,
     session: SessionDep,
-    _access: ReadAccess,
+    access: ReadAccess,
     project: ProjectQuery = None,
     limit: Annotated[int, Query(ge=8, le=2000,
                                 description="search the newest this many points")] = 500,
@@ -116,7 +117,7 @@ def series_change_points(
     """Level shifts in the newest `limit` ok points (the `speedwatch detect` method: at
     least 4 points on each side, so one outlier is never a change), each attributed to the
     first revision measured after it, with the installed versions that changed."""
-    series = series_service.get_series(session, key, project)
+    series = series_service.get_series(session, key, project, access)
     points, found = series_changes(session, series, limit=limit)
     return SeriesChangesPublic(
         series_key=series.key, project=series.project.name, searched_points=len(points),
