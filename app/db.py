@@ -11,6 +11,7 @@ The schema belongs to Alembic (migrations/); nothing here calls `create_all`.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -157,3 +158,28 @@ def downgrade(database_url: str, revision: str = "base") -> None:
     from alembic import command
 
     command.downgrade(alembic_config(database_url), revision)
+
+
+@functools.lru_cache(maxsize=1)
+def head_revision() -> str | None:
+    """The newest migration this code ships (what `speedwatch migrate` upgrades to)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def schema_revision(connection: Any) -> str | None:
+    """The revision the database is at; None when it was never migrated."""
+    from alembic.runtime.migration import MigrationContext
+
+    revision: str | None = MigrationContext.configure(connection).get_current_revision()
+    return revision
+
+
+def schema_problem(connection: Any) -> str | None:
+    """One line saying the schema is not what this code needs, or None when it is."""
+    current, head = schema_revision(connection), head_revision()
+    if current == head:
+        return None
+    at = f"is at schema revision {current}" if current else "was never migrated"
+    return f"the database {at}, this server needs revision {head}: run `speedwatch migrate`"

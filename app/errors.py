@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,31 @@ DATABASE_ERRORS = (OperationalError, InterfaceError, PoolTimeoutError)
 
 
 def database_reason(exc: BaseException) -> str:
-    """First line of the driver's message (host and port, never the password)."""
+    """First line of the driver's message (host and port, never the password); for a
+    database whose schema is missing or older than this code, what to do about it."""
     original = getattr(exc, "orig", None) or exc
     text = str(original).strip().splitlines()
     line = text[0] if text else type(original).__name__
+    if schema_missing(exc):
+        return f"{MIGRATE_HINT} ({line[:200]})"
     return line[:300]
+
+
+MIGRATE_HINT = ("the database schema is missing or older than this server: "
+                "run `speedwatch migrate`")
+_SCHEMA_MISSING = ("no such table", "no such column", "does not exist", "undefinedtable",
+                   "undefinedcolumn")
+
+
+def schema_missing(exc: BaseException) -> bool:
+    """A query failed because a table or column is not there: the database was never
+    migrated, or was migrated by an older release (SQLite says "no such table", PostgreSQL
+    "relation ... does not exist")."""
+    if not isinstance(exc, (OperationalError, ProgrammingError)):
+        return False
+    original = getattr(exc, "orig", None) or exc
+    text = f"{type(original).__name__} {original}".lower()
+    return any(marker in text for marker in _SCHEMA_MISSING)
 
 
 def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -128,6 +148,14 @@ def install_exception_handlers(app: FastAPI) -> None:
 
     for exc_type in DATABASE_ERRORS:
         app.add_exception_handler(exc_type, _database)
+
+    @app.exception_handler(ProgrammingError)
+    async def _programming(request: Request, exc: Exception) -> JSONResponse:
+        if schema_missing(exc):  # not migrated: a 503 that says what to run
+            return await _database(request, exc)
+        log.error("SQL error", exc_info=exc)
+        return JSONResponse(_error_body("internal error: the server logged it"),
+                            status_code=500, headers={"Connection": "close"})
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, _exc: Exception) -> JSONResponse:

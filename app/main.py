@@ -19,6 +19,7 @@ from sqlalchemy.orm import sessionmaker
 from app.api.middleware import BodySizeLimitMiddleware, Metrics, MetricsMiddleware
 from app.api.routes import (
     compare,
+    docs,
     health,
     metrics,
     projects,
@@ -64,6 +65,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served by app.api.routes.docs, with local assets
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -73,7 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens,
-                   projects, workers):
+                   projects, workers, docs):
         app.include_router(module.router)
     app.include_router(dashboard.router)  # the web pages, at / (issue 5)
     return app

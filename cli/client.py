@@ -6,7 +6,9 @@ the contract with CI: 0 pass, 1 regression, 2 error, 3 inconclusive.
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 EXIT_PASS = 0
@@ -25,11 +27,14 @@ class ClientError(Exception):
 class Api:
     """The few calls the client makes; every failure becomes a ClientError with one line."""
 
-    def __init__(self, url: str, token: str | None, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, token: str | None, timeout_s: float = 30.0,
+                 flags: Mapping[str, str] | None = None) -> None:
         import httpx
 
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base = url.rstrip("/")
+        # request field -> the flag the user typed, so a refusal names what to change
+        self.flags = dict(flags or {})
         self._client = httpx.Client(base_url=self.base, headers=headers, timeout=timeout_s)
 
     def close(self) -> None:
@@ -44,9 +49,11 @@ class Api:
             raise ClientError(
                 f"cannot reach {self.base}: {type(exc).__name__}: {exc}".strip()
             ) from None
+        if response.status_code == 422:
+            raise ClientError(_error_text(response, self.flags))
         if response.status_code >= 400:
             raise ClientError(f"HTTP {response.status_code} from {method} {path}: "
-                              f"{_error_text(response)}")
+                              f"{_error_text(response, self.flags)}")
         try:
             data = response.json()
         except ValueError:
@@ -63,18 +70,34 @@ class Api:
         return self._call("GET", f"/api/v1/runs/{run_id}")
 
 
-def _error_text(response: Any) -> str:
+def flag_for(field: str, flags: Mapping[str, str]) -> str:
+    """`matrix.batch_sizes[1]` -> `--batch (value 2)` when the caller knows the flag; the
+    field itself otherwise."""
+    match = re.fullmatch(r"(.*?)((?:\[\d+\])*)", field)
+    base, index = (match.group(1), match.group(2)) if match else (field, "")
+    flag = flags.get(base)
+    if flag is None:
+        return field
+    positions = [int(i) + 1 for i in re.findall(r"\[(\d+)\]", index)]
+    return f"{flag} (value {positions[0]})" if positions else flag
+
+
+def _error_text(response: Any, flags: Mapping[str, str] | None = None) -> str:
+    """The server's refusal in one line: each field once, named by its flag where known."""
     try:
         data = response.json()
     except ValueError:
         return (response.text or response.reason_phrase or "").strip().splitlines()[0][:300] \
             if (response.text or response.reason_phrase) else "no message"
     if isinstance(data, dict):
+        errors = [e for e in data.get("errors") or [] if isinstance(e, dict)]
+        if errors:  # `detail` repeats them: say each once
+            parts = [f"{flag_for(str(e.get('field')), flags or {})}: {e.get('message')}"
+                     for e in errors]
+            return "; ".join(dict.fromkeys(parts))[:500]
         detail = str(data.get("detail", "")) if not isinstance(data.get("detail"), list) \
             else "; ".join(str(d.get("msg", d)) for d in data["detail"])
-        errors = data.get("errors") or []
-        parts = [f"{e.get('field')}: {e.get('message')}" for e in errors if isinstance(e, dict)]
-        return "; ".join(p for p in [detail, *parts] if p)[:500] or "no message"
+        return detail[:500] or "no message"
     return str(data)[:300]
 
 

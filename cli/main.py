@@ -16,9 +16,20 @@ import typer
 
 from cli import bench, detect, policy, service, submit, worker
 
+def _settings_epilog() -> str:
+    """Every setting's environment variable, from the settings class itself (so the list
+    cannot go stale); the README's Configuration table says what each one does."""
+    from app.config import Settings
+
+    names = ", ".join(f"SPEEDWATCH_{name.upper()}" for name in Settings.model_fields)
+    return (f"Settings are environment variables: {names}. "
+            "What each does: README, Configuration.")
+
+
 cli = typer.Typer(
     name="speedwatch",
     help="Continuous performance-regression service for GPU inference.",
+    epilog=_settings_epilog(),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -30,7 +41,18 @@ for _group in (bench, service, submit, worker, detect, policy):
 
 
 def main() -> None:
-    cli()
+    """Run the CLI; a bad setting met anywhere (a command reads the settings late, or a
+    module reads them on import) ends in one line naming the variable, not a traceback."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    try:
+        cli()
+    except (ValidationError, SettingsError) as exc:
+        if isinstance(exc, ValidationError) and exc.title != "Settings":
+            raise
+        typer.echo(f"error: {service.settings_error_line(exc)}", err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ exit code 1 and a one-line reason, never a traceback.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -23,11 +24,33 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _database_error_reason(exc: Exception) -> str | None:
-    from app.errors import DATABASE_ERRORS, database_reason
+    from app.errors import DATABASE_ERRORS, database_reason, schema_missing
 
+    if schema_missing(exc):
+        return database_reason(exc)
     if isinstance(exc, DATABASE_ERRORS):
         return f"database unavailable: {database_reason(exc)}"
     return None
+
+
+def _schema_ready_or_exit(settings: Settings) -> None:
+    """Refuse to serve a database this code cannot use (one line naming the fix); one that
+    cannot be reached yet is only warned about, since it may come up after the API."""
+    from sqlalchemy import create_engine
+
+    from app.db import normalize_database_url, schema_problem
+
+    engine = create_engine(normalize_database_url(settings.database_url))
+    try:
+        with engine.connect() as connection:
+            problem = schema_problem(connection)
+    except Exception as exc:
+        typer.echo(f"warning: {_database_error_reason(exc) or exc}; serving anyway", err=True)
+        return
+    finally:
+        engine.dispose()
+    if problem is not None:
+        raise _fail(f"{problem} (or start with `speedwatch serve --migrate`)")
 
 
 def serve(
@@ -49,6 +72,8 @@ def serve(
         migrate_first = settings.database_url.startswith("sqlite")
     if migrate_first:
         _migrate(settings.database_url)
+    else:
+        _schema_ready_or_exit(settings)
     bind_host = host or settings.host
     bind_port = port or settings.port
     typer.echo(f"speedwatch on http://{bind_host}:{bind_port}: dashboard at /, API docs at /docs")
@@ -76,14 +101,37 @@ def _migrate(database_url: str) -> None:
 def settings_or_exit() -> Settings:
     """The settings, or exit 1 with the first problem in one line (no traceback)."""
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from app.config import get_settings
 
     try:
         return get_settings()
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise _fail(f"settings: {first.get('msg')}") from None
+    except (ValidationError, SettingsError) as exc:
+        raise _fail(settings_error_line(exc)) from None
+
+
+def settings_error_line(exc: Exception) -> str:
+    """A settings validation error as one line naming the variable and the value read."""
+    parsed = re.search(r'error parsing value for field "(\w+)"', str(exc))
+    if parsed:  # pydantic-settings' SettingsError: a JSON value that does not parse
+        cause = exc.__cause__
+        why = f": {str(cause).splitlines()[0]}" if cause else ""
+        return f"settings: SPEEDWATCH_{parsed.group(1).upper()} is not valid JSON{why}"
+    errors = exc.errors() if hasattr(exc, "errors") else []
+    if not errors:
+        return f"settings: {exc}"
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "__root__"]
+    message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    if not loc:
+        return f"settings: {message}{more}"
+    variable = "SPEEDWATCH_" + loc[0].upper()
+    value = first.get("input")
+    shown = f"={value!r}" if isinstance(value, (str, int, float)) else ""
+    path = "." + ".".join(loc[1:]) if len(loc) > 1 else ""
+    return f"settings: {variable}{shown}{path}: {message}{more}"
 
 
 @token_cli.command("create")
@@ -95,6 +143,7 @@ def token_create(
                           "exist yet); left out: every project")] = None,
 ) -> None:
     """Create a token and print it once; only its hash is stored."""
+    settings_or_exit()
     from app.db import session_scope
     from app.errors import SpeedwatchError
     from app.services.tokens import create_token
@@ -116,6 +165,7 @@ def token_create(
 @token_cli.command("revoke")
 def token_revoke(token_id: Annotated[int, typer.Argument(help="id shown by `token list`")]) -> None:
     """Revoke a token; requests with it get 401 from now on."""
+    settings_or_exit()
     from app.db import session_scope
     from app.errors import SpeedwatchError
     from app.services.tokens import revoke_token
@@ -133,6 +183,7 @@ def token_revoke(token_id: Annotated[int, typer.Argument(help="id shown by `toke
 @token_cli.command("list")
 def token_list() -> None:
     """List tokens (never their values)."""
+    settings_or_exit()
     from app.db import session_scope
     from app.services.tokens import list_tokens
 

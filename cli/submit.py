@@ -104,6 +104,32 @@ def run_request(
     return body
 
 
+# Request fields -> the flags that set them, so the server's 422 names what to change.
+SUBMIT_FLAGS = {
+    "project": "--project", "revision": "--revision", "branch": "--branch",
+    "environment.pins": "--pin", "environment.interpreter": "--interpreter",
+    "environment": "--pin/--interpreter",
+    "matrix.models": "--model", "matrix.backends": "--backend", "matrix.weights": "--weights",
+    "matrix.precisions": "--precision", "matrix.batch_sizes": "--batch",
+    "matrix.shape_modes": "--shape-mode", "matrix.device": "--device",
+    "matrix.image_size": "--image-size", "matrix.width": "--width",
+    "matrix.threads": "--threads", "matrix.sides": "--sides",
+    "matrix.timing.rounds": "--rounds", "matrix.timing.iters_per_round": "--iters-per-round",
+    "matrix.timing.warmup_iters": "--warmup", "matrix.timing.cuda_graphs": "--cuda-graphs",
+    "matrix.timing.max_seconds": "--max-seconds", "matrix.timing.processes": "--processes",
+    "matrix.timing.max_processes": "--max-processes",
+    "matrix.timing.budget_seconds": "--budget",
+    "matrix.timing.target_half_width": "--target-half-width",
+    "matrix": "the matrix (--model x --backend x --weights x --precision x --batch)",
+}
+
+
+def _model_help() -> str:
+    from benchmarks.spec import MODELS
+
+    return f"Models (repeat or comma-separate): {', '.join(MODELS)}."
+
+
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(EXIT_ERROR)
@@ -123,7 +149,7 @@ def submit(
     interpreter: str | None = typer.Option(
         None, help="A named interpreter the workers know, instead of pins."
     ),
-    model: list[str] | None = typer.Option(None, help="Models (repeat or comma-separate)."),
+    model: list[str] | None = typer.Option(None, help=_model_help()),
     backend: list[str] | None = typer.Option(None, help="Backends, e.g. onnxruntime,inductor."),
     weights: list[str] | None = typer.Option(None, help="constant, tensor, refit."),
     precision: list[str] | None = typer.Option(None, help="fp32, fp16, bf16."),
@@ -133,27 +159,28 @@ def submit(
     image_size: int | None = typer.Option(None, help="Input image size (default 224)."),
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
     threads: int | None = typer.Option(
-        None, help="CPU threads for both sides (1 = steadier timings on a shared host)."),
+        None, min=0, help="CPU threads for both sides; default 1 on the CPU (as `demo`: "
+        "steadier timings on a shared host); 0: the library's default (all cores)."),
     sides: str | None = typer.Option(
         None, help="split: each side timed alone in processes of its own (server default "
         "on the CPU); paired: both sides in every process (default on a GPU). A change "
         "starts a new series."),
-    rounds: int | None = typer.Option(None, help="Timing rounds per process (at most)."),
-    iters_per_round: int | None = typer.Option(None, help="Inferences per round."),
-    warmup: int | None = typer.Option(None, help="Warm-up inferences."),
+    rounds: int | None = typer.Option(None, min=1, help="Timing rounds per process (at most)."),
+    iters_per_round: int | None = typer.Option(None, min=1, help="Inferences per round."),
+    warmup: int | None = typer.Option(None, min=0, help="Warm-up inferences."),
     cuda_graphs: bool | None = typer.Option(
         None, "--cuda-graphs/--no-cuda-graphs",
         help="GPU cells: time CUDA-graph replays (server default: on; a failed capture "
         "falls back and says so). A change of timing mode starts a new series."),
-    max_seconds: float | None = typer.Option(None, help="Timing seconds per process."),
+    max_seconds: float | None = typer.Option(None, min=0.001, help="Timing seconds per process."),
     processes: int | None = typer.Option(
-        None, help="Processes per cell at least (default 3): the CI covers the variance "
+        None, min=1, help="Processes per cell at least (default 3): the CI covers the variance "
         "between processes, i.e. what a second run would see."),
     max_processes: int | None = typer.Option(
-        None, help="Adaptive: processes are added until the comparison with the baseline "
+        None, min=1, help="Adaptive: processes are added until the comparison with the baseline "
         "is decided, up to this many."),
     budget: float | None = typer.Option(
-        None, help="Adaptive: timing seconds per cell at most (0: no budget)."),
+        None, min=0, help="Adaptive: timing seconds per cell at most (0: no budget)."),
     target_half_width: float | None = typer.Option(
         None, help="Adaptive: a decided cell stops only once its CI half-width is at most "
         "this fraction too (server default 0.003 on a GPU, 0 on the CPU)."),
@@ -170,8 +197,10 @@ def submit(
     try:
         if sides is not None and sides not in ("paired", "split"):
             raise _fail(f"--sides: {sides!r} is not paired or split")
+        if threads is None and device == "cpu":
+            threads = 1
         matrix = MatrixOptions(device=device, image_size=image_size, width=width,
-                               threads=threads, sides=sides)
+                               threads=threads or None, sides=sides)
         for attr, values in (("models", model), ("backends", backend), ("weights", weights),
                              ("precisions", precision), ("shape_modes", shape_mode)):
             if values:
@@ -188,7 +217,7 @@ def submit(
         body = run_request(project=project, revision=revision, branch=branch,
                            pins=_split(pin), interpreter=interpreter, matrix=matrix,
                            trigger="ci" if os.environ.get("CI") else "cli")
-        api = Api(url, token)
+        api = Api(url, token, flags=SUBMIT_FLAGS)
         try:
             run = api.trigger(body, idempotency_key)
             run_url = f"{api.base}/api/v1/runs/{run['id']}"
@@ -224,7 +253,8 @@ def demo(
     data_dir: Path = typer.Option(Path("var"), help="Where the SQLite file and venvs live."),
     host: str = typer.Option("127.0.0.1", help="Address to serve on."),
     port: int = typer.Option(8000, help="Port to serve on."),
-    model: str = typer.Option("resnet50", help="Model to benchmark."),
+    model: str = typer.Option("resnet50", help=_model_help().replace("(repeat or "
+                                                        "comma-separate)", "(one)")),
     device: str = typer.Option("cpu", help="cpu, or cuda on a GPU host (then the default "
                                "backend is inductor at fp16, timed with CUDA graphs)."),
     backend: list[str] | None = typer.Option(
@@ -240,9 +270,9 @@ def demo(
     sides: str | None = typer.Option(
         None, help="split (each side alone in its processes; CPU default) or paired (both "
         "in every process; GPU default)."),
-    rounds: int | None = typer.Option(None, help="Timing rounds per process (at most)."),
-    iters_per_round: int | None = typer.Option(None, help="Inferences per round."),
-    warmup: int | None = typer.Option(None, help="Warm-up inferences."),
+    rounds: int | None = typer.Option(None, min=1, help="Timing rounds per process (at most)."),
+    iters_per_round: int | None = typer.Option(None, min=1, help="Inferences per round."),
+    warmup: int | None = typer.Option(None, min=0, help="Warm-up inferences."),
     cuda_graphs: bool | None = typer.Option(
         None, "--cuda-graphs/--no-cuda-graphs", help="GPU: time CUDA-graph replays "
         "(default on)."),
@@ -322,9 +352,11 @@ def demo(
                     return
                 time.sleep(0.1)
             typer.echo(f"demo: API on {base} (OpenAPI: {base}/docs); triggering", err=True)
-            api = Api(base, token)
+            api = Api(base, token, flags=SUBMIT_FLAGS)
             try:
                 run = api.trigger(body, None)
+                typer.echo(f"demo: dashboard at {base}/ (this run, live: "
+                           f"{base}/runs/{run['id']})", err=True)
                 run = wait_for_run(api, run, timeout_s=timeout, poll_s=1.0)
             finally:
                 api.close()

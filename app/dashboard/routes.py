@@ -29,6 +29,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
+from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
 from app.api.deps import SessionDep, SettingsDep
@@ -41,6 +42,7 @@ from app.errors import (
     SpeedwatchError,
     Unauthorized,
     database_reason,
+    schema_missing,
 )
 from app.models import RUN_TERMINAL, Cell, Regression, Result, Run, Series
 from app.services import regressions as regression_service
@@ -149,6 +151,10 @@ class PageRoute(APIRoute):
                 return error_page(request, 422, detail or "invalid request")
             except DATABASE_ERRORS as exc:
                 return error_page(request, 503, f"database unavailable: {database_reason(exc)}")
+            except ProgrammingError as exc:
+                if not schema_missing(exc):
+                    raise
+                return error_page(request, 503, database_reason(exc))
 
         return page_handler
 

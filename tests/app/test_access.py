@@ -46,7 +46,8 @@ WRITES: dict[tuple[str, str], str] = {
 # GET routes anyone may call: probes and the API's own documentation (`/metrics` is a read:
 # run counts and the route list are not for everyone when reads are private).
 PUBLIC_READS = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
-                "/redoc", "/static/dashboard.{name}", "/static/plotly.min.js"}
+                "/redoc", "/static/dashboard.{name}", "/static/plotly.min.js",
+                "/static/swagger/{name}"}
 # GET routes that need more than `read`, public reads or not.
 PRIVILEGED_READS: dict[str, str] = {"/api/v1/tokens": "admin"}
 UNDER_SCOPED = {"ci": ["read"], "admin": ["read", "ci"]}
@@ -262,6 +263,7 @@ NO_PROJECT_DATA: dict[tuple[str, str], str] = {
     ("GET", "/redoc"): "the API's own description",
     ("GET", "/static/dashboard.{name}"): "an asset",
     ("GET", "/static/plotly.min.js"): "an asset",
+    ("GET", "/static/swagger/{name}"): "an asset",
     ("GET", "/api/v1/workers"): "workers and per-queue cell counts, naming no project",
     ("GET", "/workers"): "workers and per-queue cell counts, naming no project",
     ("GET", "/api/v1/tokens"): TOKEN_MANAGEMENT,
