@@ -294,11 +294,23 @@ class ResultSummaryPublic(PublicModel):
         "at start and end, installed versions")
 
 
+class ComparisonPublic(BaseModel):
+    """This cell's speedup against its series' baseline: before, after, and the change."""
+
+    baseline_speedup: float = Field(description="the baseline's speedup (before)")
+    speedup: float = Field(description="this cell's speedup (after)")
+    ratio: float = Field(description="after / before; 0.95 is a 5% drop")
+    ci_low: float = Field(description="95% CI of the ratio, low end")
+    ci_high: float
+
+
 class CellJudgementPublic(BaseModel):
     verdict: Literal["pass", "regression", "improvement", "inconclusive", "error"] | None = None
     reasons: list[str] = Field(default_factory=list)
     suspect: bool = False
     confirming: bool = Field(default=False, description="a re-measure is under way")
+    comparison: ComparisonPublic | None = Field(
+        default=None, description="against the baseline; none for a series' first result")
 
 
 class CellPublic(BaseModel):

@@ -594,10 +594,12 @@ def run_cells(
 def list_runs(
     session: Session, *, project: str | None = None, status: str | None = None,
     branch: str | None = None, limit: int = 50, cursor: int | None = None,
-    access: ProjectAccess = EVERY_PROJECT,
+    access: ProjectAccess = EVERY_PROJECT, revision: str | None = None,
 ) -> tuple[list[Run], int | None]:
     """Newest first; returns (page, next cursor)."""
     query = access.restrict(select(Run), Run.project_id)
+    if revision is not None:
+        query = query.where(Run.revision == revision)
     if project is not None:
         query = query.join(Project, Project.id == Run.project_id).where(Project.name == project)
     if status is not None:
