@@ -79,6 +79,18 @@ def test_the_github_actions_workflow_benchmarks_a_commit_and_writes_its_reports(
     assert text.count("x [") >= 2
     print("\n" + text)
 
+    # the same two commits compared after the fact, as a reviewer would
+    report = _bash(f"speedwatch report --project {env['SPEEDWATCH_PROJECT']} --base c0ffee1 "
+                   "--head c0ffee2", env, tmp_path)
+    assert report.returncode in (0, 1), report.stderr
+    assert "| series | base [95% CI] | head [95% CI] | change | CIs overlap |" in report.stdout
+    assert report.stdout.count("resnet18-w8-i32/onnxruntime/") >= 2
+    missing = _bash(f"speedwatch report --project {env['SPEEDWATCH_PROJECT']} --base nope "
+                    "--head c0ffee2", env, tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == ("error: --base/--head: no finished run of revision "
+                                      f"'nope' in project '{env['SPEEDWATCH_PROJECT']}'")
+
 
 def test_the_gitlab_job_script_runs_as_written(
     procs: Processes, base_env: dict[str, str], queue: str, token: str, tmp_path: Path,
