@@ -251,6 +251,16 @@ def test_5000_levels_of_nesting_are_a_422_not_a_400(
     assert stored(session) == 0
 
 
+def test_brackets_inside_strings_nest_nothing(
+    client: TestClient, ci_token: str, session: Session
+) -> None:
+    reason = '[{"\\"' * 1000 + "]" * 10
+    response = post(client, ci_token, ingest_body(document(reason=reason)))
+    assert response.status_code == 201, response.text
+    row = session.get(Result, response.json()["result_id"])
+    assert row is not None and row.reason == reason
+
+
 def test_deep_nesting_is_a_422_on_every_endpoint_that_takes_json(
     client: TestClient, ci_token: str
 ) -> None:
