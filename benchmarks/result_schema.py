@@ -40,6 +40,7 @@ from pydantic import (
     Field,
     PlainValidator,
     StrictBool,
+    TypeAdapter,
     ValidationError,
     WithJsonSchema,
     model_validator,
@@ -309,6 +310,26 @@ class KernelsPerInference(Closed):
     candidate: NonNegative | None = None
 
 
+_KERNEL_COUNT: TypeAdapter[int] = TypeAdapter(Count)
+_KERNEL_AVERAGE: TypeAdapter[float] = TypeAdapter(NonNegative)
+
+
+def _kernels(value: Any) -> Any:
+    """Per side ({baseline, candidate}: what the runner writes), or one number: a client's
+    single count, which the evidence sentence reads too. A number keeps its type (an
+    integer count stays an integer). Dispatched here rather than by a union, so that an
+    error names the field itself and not the union's branches."""
+    if isinstance(value, dict):
+        return KernelsPerInference.model_validate(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _KERNEL_COUNT.validate_python(value)
+    return _KERNEL_AVERAGE.validate_python(value)
+
+
+Kernels = Annotated[Any, PlainValidator(
+    _kernels, json_schema_input_type=KernelsPerInference | NonNegative)]
+
+
 class CompileEvidence(Open):
     compile_call_seconds: NonNegative | None = None
     first_call_seconds: NonNegative | None = None
@@ -375,7 +396,7 @@ class EvidenceDocument(Open):
     trt_*, inductor_kernels, torch_trt_*, ...) is open-ended: bounded JSON."""
 
     timing: TimingEvidence | None = None
-    kernels_per_inference: KernelsPerInference | None = None
+    kernels_per_inference: Kernels | None = None
     kernels_per_inference_error: Text | None = None
     cuda_graphs_fallback: Text | None = None
     cudnn_benchmark: StrictBool | None = None

@@ -94,6 +94,7 @@ def test_a_string_where_a_kernel_count_belongs_is_a_422_naming_its_path(
 @pytest.mark.parametrize(("path", "value", "where"), [
     ("evidence.kernels_per_inference.candidate", -1.0, ""),
     ("evidence.kernels_per_inference.candidate", True, ""),
+    ("evidence.kernels_per_inference", "x", ""),
     ("evidence.timing.mode", "fast", ""),
     ("evidence.timing.cuda_graphs", {"baseline": "yes"}, ".baseline"),
     ("evidence.timing.timing_seconds", "2s", ""),
@@ -119,6 +120,18 @@ def test_a_wrong_type_anywhere_is_a_422_naming_its_path(
 ) -> None:
     body = ingest_body(document(**{path: value}))
     assert_refused(post(client, ci_token, body), f"result.{path}{where}", session)
+
+
+def test_a_single_kernel_count_is_kept_as_sent(
+    client: TestClient, ci_token: str, session: Session
+) -> None:
+    """The runner counts each side; a client that counted one number sends that, and the
+    regression's evidence sentence reads it ("kernels per inference 58 -> 161")."""
+    response = post(client, ci_token, ingest_body(document(**{
+        "evidence.kernels_per_inference": 58})))
+    assert response.status_code == 201, response.text
+    row = session.get(Result, response.json()["result_id"])
+    assert row is not None and row.evidence["kernels_per_inference"] == 58
 
 
 def test_an_unknown_key_of_a_closed_part_is_refused_and_of_an_open_part_kept(
