@@ -78,7 +78,7 @@ MAX_LOG_HALF_WIDTH = 700.0
 
 
 # A document `speedwatch bench --isolate --json` wrote (a tiny ResNet, ONNX Runtime against
-# eager on a CPU, 2 processes each side alone): the API's example, and a test's.
+# eager on a CPU, 3 processes each side alone): the API's example, and a test's.
 DOCUMENT_EXAMPLE: dict[str, Any] = json.loads(
     Path(__file__).with_name("result_example.json").read_text(encoding="utf-8"))
 
