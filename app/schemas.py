@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from app.detection.policy import DetectionPolicy
+from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
 from benchmarks.spec import BACKENDS, MODELS, PRECISIONS, SHAPE_MODES, WEIGHTS
 
 
@@ -173,11 +174,17 @@ class RunCreate(StrictModel):
 class ResultIngest(StrictModel):
     """A result measured elsewhere: the BenchResult document plus where it belongs."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "project": "vision", "revision": "v1.0", "branch": "main",
+        "environment": {"pins": ["onnxruntime==1.22.0"]}, "result": DOCUMENT_EXAMPLE}]})
+
     project: ProjectName
     revision: Label
     branch: Label | None = None
     environment: EnvironmentIn
-    result: dict[str, Any] = Field(description="a benchmarks.result.BenchResult document")
+    result: BenchResultDocument = Field(
+        description="a benchmarks.result.BenchResult document (what `speedwatch bench "
+        "--json` writes), checked whole before anything is stored")
 
 
 # ---- responses ----------------------------------------------------------------------------
