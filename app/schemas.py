@@ -220,6 +220,10 @@ class GpuPublic(BaseModel):
     name: str
     device_class: str
     memory_total_bytes: int | None = None
+    utilization_pct: int | None = Field(default=None, description="at the last heartbeat")
+    memory_used_bytes: int | None = None
+    temperature_c: int | None = None
+    processes: int | None = Field(default=None, description="compute processes on it")
 
 
 class WorkerPublic(BaseModel):
