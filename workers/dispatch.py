@@ -105,22 +105,23 @@ def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
     queue_of = dict(cells)
     soft, hard = time_limits(settings)
     groups = cell_groups(cells, settings.interleave_cells, live_consumers(settings))
+    unroutable: list[int] = []
     sent = 0
     try:
         for group in groups:
             queue = queue_of[group[0]]
-            if len(group) == 1:
-                app.send_task(RUN_CELL_TASK, args=[group[0]], queue=queue)
-            else:
-                app.send_task(RUN_CELLS_TASK, args=[group], queue=queue,
-                              soft_time_limit=soft * len(group), time_limit=hard * len(group))
+            try:
+                if len(group) == 1:
+                    app.send_task(RUN_CELL_TASK, args=[group[0]], queue=queue)
+                else:
+                    app.send_task(RUN_CELLS_TASK, args=[group], queue=queue,
+                                  soft_time_limit=soft * len(group),
+                                  time_limit=hard * len(group))
+            except QueueNotFound:  # this group only: the others still go
+                unroutable += group
             sent += 1
-    except QueueNotFound as exc:
-        raise DispatchError(f"{exc.args[0] if exc.args else exc} (configured queues: "
-                            f"{', '.join(settings.queue_names())})",
-                            unsent=[c for g in groups[sent:] for c in g]) from None
     except Exception as exc:  # kombu raises transport-specific errors; all mean "not sent"
-        unsent = [c for g in groups[sent:] for c in g]
+        unsent = unroutable + [c for g in groups[sent:] for c in g]
         log.warning("enqueue failed after %d of %d cells: %s", len(cells) - len(unsent),
                     len(cells), exc)
         raise DispatchError(
@@ -128,6 +129,10 @@ def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
             f"{len(unsent)} cells stay queued and the reconciler sends them",
             unsent=unsent,
         ) from exc
+    if unroutable:
+        queues = sorted({queue_of[c] for c in unroutable})
+        raise DispatchError(f"queue(s) {', '.join(queues)} not configured here (configured "
+                            f"queues: {', '.join(settings.queue_names())})", unsent=unroutable)
 
 
 def send_deliveries(delivery_ids: Sequence[int], settings: Settings) -> None:
