@@ -55,7 +55,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 Direction = Literal["regression", "improvement"]
 FloatArray = npt.NDArray[np.float64]
@@ -85,15 +85,14 @@ class DetectorSettings:
     """Smallest |after/before - 1| reported; smaller real shifts are not worth an alarm."""
     max_p_value: float = 0.001
     """Step test p-value (times the split points searched) a change must reach."""
-    search_z: float = 3.0
-    """Weighted z a split needs to be a candidate at all (before confirmation)."""
+    penalty_factor: float = 3.0
+    """Search penalty per change, in units of log(n) (squared errors weighted by each
+    point's variance): candidates for the confirmation, not yet change points."""
     clip_sigmas: float = 3.0
     trend: bool = True
     """Model a common linear drift: a slow drift is no change point; a step is measured
     net of it."""
     drift_guard: bool = True
-    drift_evidence_p: float = 0.05
-    """Drift guard: applied where the trend beside the step is significant at this level."""
     max_step_given_trend_p: float = 0.01
     """Drift guard: p-value (times the split points) of the step on top of a linear trend."""
     autocorrelation: bool = True
@@ -101,6 +100,9 @@ class DetectorSettings:
     autocorrelation_p: float = 0.05
     trend_p: float = 0.01
     """A common linear drift enters the model where its slope is significant at this level."""
+    scale_prior_dof: float = 10.0
+    """Degrees of freedom of the points' own variances (intervals and first differences)
+    against the residuals' dispersion around the segments (see `_noise_given`)."""
     interval_prior_dof: float = 4.0
     """Degrees of freedom of the series' typical point variance when it is pooled with each
     point's own (see `moderated_variances`); 0 trusts every interval as it is."""
@@ -116,8 +118,8 @@ class DetectorSettings:
                 raise SeriesError(f"{name}: {p} not in (0, 1]")
         if self.interval_prior_dof < 0:
             raise SeriesError("interval_prior_dof must be at least 0")
-        if self.search_z <= 0 or self.clip_sigmas <= 0:
-            raise SeriesError("search_z and clip_sigmas must be positive")
+        if self.penalty_factor <= 0 or self.clip_sigmas <= 0:
+            raise SeriesError("penalty_factor and clip_sigmas must be positive")
         return self
 
 
@@ -139,14 +141,16 @@ class ChangePoint:
     test: str = ""  # the test that confirmed it (TEST_WITH_INTERVALS or TEST_SCATTER_ONLY)
 
     def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
-        """The `speedwatch detect` keys; with `explain`, also the interval and the test."""
+        """The `speedwatch detect` keys; with `explain`, also the change's 95% interval
+        (`relative_change_ci_low`/`_high`) and the test that confirmed it."""
         out: dict[str, Any] = {
             "index": self.index, "direction": self.direction, "before": self.before,
             "after": self.after, "relative_change": self.relative_change,
             "p_value": self.p_value,
         }
         if explain:
-            out.update(ci_low=self.ci_low, ci_high=self.ci_high, test=self.test)
+            out.update(relative_change_ci_low=self.ci_low, relative_change_ci_high=self.ci_high,
+                       test=self.test)
         return out
 
 
@@ -165,32 +169,63 @@ def as_series(values: Sequence[float] | FloatArray, name: str = "values") -> Flo
     return x
 
 
-def point_variances(
-    values: Sequence[float] | FloatArray,
-    ci_low: Sequence[float] | FloatArray | None,
-    ci_high: Sequence[float] | FloatArray | None,
-) -> FloatArray:
-    """Each point's own variance from its 95% interval, or zeros when there are none.
-
-    An interval from a few processes is wider than 1.96 standard errors (Student t), so this
-    errs on the side of trusting a point less than it could; the between-point scatter is
-    estimated from the data on top of it, never below it.
-    """
-    x = as_series(values)
+def _interval_bounds(x: FloatArray, ci_low: Sequence[float | None] | FloatArray | None,
+                     ci_high: Sequence[float | None] | FloatArray | None
+                     ) -> tuple[FloatArray, FloatArray] | None:
+    """Checked interval bounds (NaN where a point has none), or None without intervals."""
     if ci_low is None and ci_high is None:
-        return np.zeros(x.size)
+        return None
     if ci_low is None or ci_high is None:
         raise SeriesError("ci_low and ci_high come together: give both or neither")
-    lo, hi = as_series(ci_low, "ci_low"), as_series(ci_high, "ci_high")
-    for name, arr in (("ci_low", lo), ("ci_high", hi)):
-        if arr.size != x.size:
+    bounds = []
+    for name, given in (("ci_low", ci_low), ("ci_high", ci_high)):
+        try:
+            arr = np.asarray([np.nan if v is None else v for v in given], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise SeriesError(f"{name} must be a list of numbers (or null)") from None
+        if arr.ndim != 1 or arr.size != x.size:
             raise SeriesError(f"{name} has {arr.size} values, values has {x.size}")
-    outside = np.flatnonzero((lo > x) | (x > hi))
+        if np.any(np.isinf(arr)):
+            raise SeriesError(f"{name}[{int(np.flatnonzero(np.isinf(arr))[0])}] is infinite")
+        bounds.append(arr)
+    lo, hi = bounds
+    half = np.flatnonzero(np.isnan(lo) != np.isnan(hi))
+    if half.size:
+        raise SeriesError(f"point {int(half[0])}: ci_low and ci_high are both null or both "
+                          "numbers")
+    known = ~np.isnan(lo)
+    outside = np.flatnonzero(known & ((lo > x) | (x > hi)))
     if outside.size:
         i = int(outside[0])
         raise SeriesError(f"point {i}: {x[i]!r} is not within its interval "
                           f"[{lo[i]!r}, {hi[i]!r}]")
-    return np.asarray(((hi - lo) / (2 * _Z95)) ** 2, dtype=np.float64)
+    return lo, hi
+
+
+def point_variances(
+    values: Sequence[float] | FloatArray,
+    ci_low: Sequence[float | None] | FloatArray | None,
+    ci_high: Sequence[float | None] | FloatArray | None,
+    *,
+    log_scale: bool = False,
+) -> FloatArray:
+    """Each point's own variance from its 95% interval: (half-width / 1.96)^2, on the log
+    scale if asked; NaN for a point without an interval, zeros when no point has one.
+
+    An interval from a few processes is wider than 1.96 standard errors (Student t); the
+    residuals' dispersion around the segments corrects the level (`_noise_given`).
+    """
+    x = as_series(values)
+    bounds = _interval_bounds(x, ci_low, ci_high)
+    if bounds is None:
+        return np.zeros(x.size)
+    lo, hi = bounds
+    if log_scale:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            width = np.log(hi) - np.log(lo)
+    else:
+        width = hi - lo
+    return np.asarray((width / (2 * _Z95)) ** 2, dtype=np.float64)
 
 
 # An interval from 3 processes (the product's minimum; benchmarks.stats.combine_processes)
@@ -206,14 +241,18 @@ def moderated_variances(s2: FloatArray, prior_dof: float) -> FloatArray:
     one in a hundred comes out ten times too narrow, and a weighted mean would follow that
     one point. s0^2 is the median point variance over the chi-square median it would have,
     d = 2 (the product's minimum of 3 processes), d0 = `prior_dof`. A throttled point's
-    wide interval still weighs it down.
+    wide interval still weighs it down. A point without an interval (NaN) gets s0^2; when
+    no point has one, all are 0 and the series' scatter is all there is.
     """
-    positive = s2[s2 > 0]
-    if prior_dof == 0 or positive.size == 0:
-        return s2
+    known = ~np.isnan(s2)
+    if not np.any(known & (s2 > 0)):
+        return np.zeros(s2.size)
     d = _POINT_DOF
-    s0 = float(np.median(s2)) / (float(stats.chi2.ppf(0.5, d)) / d)
-    return np.asarray((prior_dof * s0 + d * s2) / (prior_dof + d), dtype=np.float64)
+    s0 = float(np.median(s2[known])) / (float(stats.chi2.ppf(0.5, d)) / d)
+    if prior_dof == 0:
+        return np.where(known, s2, s0)
+    return np.asarray(np.where(known, (prior_dof * s0 + d * s2) / (prior_dof + d), s0),
+                      dtype=np.float64)
 
 
 def _mean_abs_difference_scale(x: FloatArray) -> float:
@@ -255,6 +294,19 @@ def noise_scale(values: Sequence[float] | FloatArray,
     if upper <= 0 or excess(upper) > 0:
         upper = max(upper, float(np.max(d2)))
     return math.sqrt(float(optimize.brentq(excess, 0.0, upper, xtol=upper * 1e-6)))
+
+
+def _interval_overstatement(x: FloatArray, s2: FloatArray) -> float:
+    """How much of the points' own variances the first differences show, when they show
+    less than all of it: median(d_i^2 / (s_i^2 + s_{i+1}^2)) over the chi-square(1) median,
+    at most 1. Intervals from 3 processes are Student t with 2 degrees of freedom, about
+    twice as wide as 1.96 standard errors: the scatter can be well inside them."""
+    a = s2[:-1] + s2[1:]
+    if x.size < 2 or not np.all(a > 0):
+        return 1.0
+    d = np.diff(x)
+    d = d - float(np.median(d))
+    return min(1.0, float(np.median(d * d / a)) / _CHI2_1_MEDIAN)
 
 
 def _running_median(x: FloatArray, half: int = 2) -> FloatArray:
@@ -306,10 +358,10 @@ def _best_split(sw: FloatArray, swx: FloatArray, lo: int, hi: int,
     return int(split[j]), float(az[j])
 
 
-def _candidates(x: FloatArray, w: FloatArray, min_segment: int, search_z: float) -> list[int]:
-    """Seeded binary segmentation with greedy selection (strongest first), then plain
-    binary segmentation of what is left between the picks (a step between two close
-    picks can fall in no seeded interval that holds neither of them)."""
+def _split_positions(x: FloatArray, w: FloatArray, min_segment: int,
+                     least_z: float) -> npt.NDArray[np.intp]:
+    """Where a change could be: the best split (weighted |z|) of every seeded interval
+    where that |z| is at least `least_z`."""
     n = x.size
     m = min_segment
     sw = np.concatenate([[0.0], np.cumsum(w)])
@@ -329,32 +381,61 @@ def _candidates(x: FloatArray, w: FloatArray, min_segment: int, search_z: float)
     best = np.maximum.reduceat(az, offsets)
     at_max = np.flatnonzero(az == np.repeat(best, counts))
     _, first = np.unique(which[at_max], return_index=True)
-    best_split = split[at_max[first]]
+    return np.unique(split[at_max[first]][best >= least_z])
+
+
+def _candidates(x: FloatArray, w: FloatArray, min_segment: int, penalty: float) -> list[int]:
+    """The segmentation minimising the weighted squared error plus `penalty` per change,
+    among the split positions of the seeded intervals (exact dynamic programming over them:
+    O(p^2) for p positions, a few per point at most, instead of O(n^2) over every point)."""
+    n = x.size
+    m = min_segment
+    # Adding a change lowers the cost by its z^2 against its final neighbours; a split that
+    # no interval shows with half the z the penalty asks for does not pay for itself.
+    pos = _split_positions(x, w, m, math.sqrt(penalty) / 2)
+    ends = np.concatenate([[0], pos, [n]])
+    sw = np.concatenate([[0.0], np.cumsum(w)])
+    swx = np.concatenate([[0.0], np.cumsum(w * x)])
+    swxx = np.concatenate([[0.0], np.cumsum(w * x * x)])
+    cw, cwx, cwxx = sw[ends], swx[ends], swxx[ends]
+    best = np.full(ends.size, np.inf)
+    best[0] = -penalty
+    last = np.zeros(ends.size, dtype=np.intp)
+    alive = np.zeros(0, dtype=np.intp)  # PELT: starts that can still begin the last segment
+    waiting = 0  # ends[waiting:] are not yet m points behind the current end
+    for j in range(1, ends.size):
+        while waiting < j and ends[j] - ends[waiting] >= m:
+            if np.isfinite(best[waiting]):
+                alive = np.append(alive, waiting)
+            waiting += 1
+        if alive.size == 0:
+            continue
+        segw = cw[j] - cw[alive]
+        segx = cwx[j] - cwx[alive]
+        cost = (cwxx[j] - cwxx[alive]) - segx * segx / segw
+        total = best[alive] + cost
+        k = int(np.argmin(total))
+        best[j], last[j] = total[k] + penalty, alive[k]
+        # A start whose cost alone already exceeds the best with a change can never win
+        # later (the squared-error cost of a segment only grows as it is extended).
+        alive = alive[total <= best[j]]
     chosen: list[int] = []
-    for i in np.argsort(-best, kind="stable"):
-        if best[i] < search_z:
-            break
-        j = bisect.bisect_right(chosen, int(lo[i]))
-        if j < len(chosen) and chosen[j] < hi[i]:
-            continue  # an earlier, stronger pick lies inside this interval
-        bisect.insort(chosen, int(best_split[i]))
-    bounds = [0, *chosen, n]
-    work = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b - a >= 2 * m]
-    while work:
-        a, b = work.pop()
-        c, z = _best_split(sw, swx, a, b, m)
-        if z >= search_z:
-            bisect.insort(chosen, c)
-            work += [(p, q) for p, q in ((a, c), (c, b)) if q - p >= 2 * m]
-    return chosen
+    j = ends.size - 1
+    while j > 0:
+        j = int(last[j])
+        if j > 0:
+            chosen.append(int(ends[j]))
+    return sorted(chosen)
 
 
 @dataclass(frozen=True)
-class _Scatter:
-    tau2: float  # between-point variance
+class _Noise:
+    """The noise model of the points: variance_i = base_i * scale * inflation."""
+
+    scale: float  # residual dispersion over the base variances (moderated towards 1)
     inflation: float  # (1 + rho) / (1 - rho)
-    dof: float  # degrees of freedom behind tau2
-    slope: float = 0.0  # common linear trend, per point (the null model's drift)
+    dof: float  # degrees of freedom behind the scale
+    slope: float = 0.0  # common linear drift per point (0: none in the model)
     slope_var: float = 0.0  # its variance
 
 
@@ -365,65 +446,39 @@ def _segment_ids(n: int, cps: Sequence[int]) -> npt.NDArray[np.intp]:
     return ids
 
 
-def _scatter_given(x: FloatArray, s2: FloatArray, cps: Sequence[int], floor: float,
-                   settings: DetectorSettings) -> _Scatter:
-    """Between-point variance, drift and autocorrelation of the residuals around segments.
+def _noise_given(x: FloatArray, base: FloatArray, cps: Sequence[int],
+                 settings: DetectorSettings, own_share: float) -> _Noise:
+    """The noise around the segments: dispersion, drift and autocorrelation of the residuals.
 
-    `floor`: the least between-point variance believed, the robust estimate from first
-    differences; residuals around candidates the search fitted to the noise would say less.
-    The drift and the autocorrelation enter the model only where the residuals show them
-    (a trend significant at `trend_p`, a lag-1 autocorrelation at `autocorrelation_p`):
-    each costs a step's worth of power where it is not there.
+    `base`: each point's variance as the points' intervals and the first differences say
+    (s_i^2 + tau^2). The residuals around the segment means (and a common drift) say how far
+    off that is overall: their dispersion, pooled with 1 (what `base` claims) as a prior worth
+    `scale_prior_dof` degrees of freedom. A long series speaks for itself, a short one leans
+    on its points' intervals. The drift and the autocorrelation enter the model only where the
+    residuals show them (a trend significant at `trend_p`, a lag-1 autocorrelation at
+    `autocorrelation_p`): each costs a step's worth of power where it is not there.
     """
     n = x.size
     seg = _segment_ids(n, cps)
     k = len(cps) + 1
     t = np.arange(n, dtype=np.float64)
-
-    def within(w: FloatArray) -> tuple[FloatArray, FloatArray, float]:
-        sw = np.bincount(seg, w, k)
-        xm = (np.bincount(seg, w * x, k) / sw)[seg]
-        tm = (np.bincount(seg, w * t, k) / sw)[seg]
-        tt = float(np.sum(w * (t - tm) ** 2))
-        return xm, tm, tt
-
-    def fit(trend: bool) -> tuple[float, float, float, FloatArray, FloatArray]:
-        target = n - k - (1 if trend else 0)
-
-        def residuals(t2: float | None) -> tuple[FloatArray, FloatArray, float, float]:
-            w = np.ones(n) if t2 is None else 1.0 / (s2 + t2)  # None: unweighted
-            xm, tm, tt = within(w)
-            slope = float(np.sum(w * (t - tm) * (x - xm))) / tt if trend and tt > 0 else 0.0
-            return x - xm - slope * (t - tm), w, slope, (1.0 / tt if tt > 0 else math.inf)
-
-        r = residuals(None)[0]
-        unweighted = max(float(np.sum(r * r)) / target, floor)
-        if not np.any(s2 > 0):
-            tau2 = unweighted
-        else:
-            def excess(t2: float) -> float:
-                r, w, _, _ = residuals(t2)
-                return float(np.sum(w * r * r)) - target
-
-            if excess(floor) <= 0:
-                tau2 = floor
-            else:
-                upper = unweighted * 2
-                while excess(upper) > 0:
-                    upper *= 4
-                tau2 = float(optimize.brentq(excess, floor, upper, xtol=floor * 1e-6))
-        r, w, slope, slope_var = residuals(tau2)
-        return tau2, slope, slope_var, r, w
-
-    trend = False
-    tau2, slope, slope_var, r, w = fit(False)
-    if settings.trend and n > k + 2:
-        t_tau2, t_slope, t_var, t_r, t_w = fit(True)
-        if t_var > 0 and 2 * stats.norm.sf(abs(t_slope) / math.sqrt(t_var)) <= settings.trend_p:
-            trend = True
-            tau2, slope, slope_var, r, w = t_tau2, t_slope, t_var, t_r, t_w
+    w = 1.0 / base
+    sw = np.bincount(seg, w, k)
+    xm = (np.bincount(seg, w * x, k) / sw)[seg]
+    tm = (np.bincount(seg, w * t, k) / sw)[seg]
+    tt = float(np.sum(w * (t - tm) ** 2))
+    r = x - xm
+    dof = n - k
+    phi = float(np.sum(w * r * r)) / dof if dof > 0 else 1.0
+    slope = slope_var = 0.0
+    if settings.trend and tt > 0 and dof > 1:
+        b = float(np.sum(w * (t - tm) * r)) / tt
+        r_t = r - b * (t - tm)
+        phi_t = float(np.sum(w * r_t * r_t)) / (dof - 1)
+        if phi_t > 0 and 2 * special.ndtr(-abs(b) / math.sqrt(phi_t / tt)) <= settings.trend_p:
+            slope, r, phi, dof = b, r_t, phi_t, dof - 1
     inflation = 1.0
-    if settings.autocorrelation and n > k + 2:
+    if settings.autocorrelation and dof > 2:
         e = r * np.sqrt(w)
         same = seg[1:] == seg[:-1]
         denom = float(np.sum(e * e))
@@ -433,18 +488,17 @@ def _scatter_given(x: FloatArray, s2: FloatArray, cps: Sequence[int], floor: flo
             # E[raw] ~ rho - (1 + 3 rho) / L (Kendall); invert with L = n / k.
             inv_l = k / n
             rho = (raw + inv_l) / (1 - 3 * inv_l) if inv_l < 1 / 3 else 0.0
-            if stats.norm.sf(rho * math.sqrt(n - k)) <= settings.autocorrelation_p:
+            if special.ndtr(-rho * math.sqrt(dof)) <= settings.autocorrelation_p:
                 rho = min(max(rho, 0.0), _MAX_RHO)
                 inflation = (1 + rho) / (1 - rho)
-    if trend:
-        w_eff = 1.0 / ((s2 + tau2) * inflation)
-        xm, tm, tt = within(w_eff)
-        slope = float(np.sum(w_eff * (t - tm) * (x - xm))) / tt
-        slope_var = 1.0 / tt
-    else:
-        slope = slope_var = 0.0
-    dof = n - k - (1 if trend else 0)
-    return _Scatter(tau2, inflation, max(dof / inflation, 1.0), slope, slope_var)
+    # Only the points' own intervals are information beside the residuals; a scatter
+    # from first differences is the same data again.
+    d0 = settings.scale_prior_dof * own_share
+    scale = (d0 + dof * phi) / (d0 + dof) if d0 + dof > 0 else 1.0
+    if slope:
+        slope_var = scale * inflation / tt
+    return _Noise(max(scale, 1e-12), inflation, max(d0 + dof / inflation, 1.0), slope,
+                  slope_var)
 
 
 @dataclass
@@ -466,9 +520,8 @@ def _relative(before: float, after: float) -> float:
     return 0.0 if after == 0.0 else math.copysign(1.0, after)
 
 
-def _step_and_trend_z(y: FloatArray, w: FloatArray, split: int) -> tuple[float, float]:
-    """Weighted least squares z of the step and of the trend in y ~ level + trend + step
-    (known variances)."""
+def _step_given_trend_z(y: FloatArray, w: FloatArray, split: int) -> float:
+    """Weighted least squares z of the step in y ~ level + trend + step (known variances)."""
     length = y.size
     t = (np.arange(length) - (length - 1) / 2) / length
     design = np.column_stack([np.ones(length), t, (np.arange(length) >= split) * 1.0])
@@ -476,41 +529,35 @@ def _step_and_trend_z(y: FloatArray, w: FloatArray, split: int) -> tuple[float, 
     try:
         cov = np.linalg.inv(xtw @ design)
     except np.linalg.LinAlgError:
-        return 0.0, 0.0
+        return 0.0
     beta = cov @ (xtw @ y)
-    if cov[2, 2] <= 0 or cov[1, 1] <= 0:
-        return 0.0, 0.0
-    return float(beta[2] / math.sqrt(cov[2, 2])), float(beta[1] / math.sqrt(cov[1, 1]))
+    return float(beta[2] / math.sqrt(cov[2, 2])) if cov[2, 2] > 0 else 0.0
 
 
-def _evaluate(xc: FloatArray, s2: FloatArray, scatter: _Scatter, lo: int, index: int,
+def _two_sided_t(z: float, dof: float) -> float:
+    return float(2 * special.stdtr(dof, -abs(z)))
+
+
+def _evaluate(xc: FloatArray, base: FloatArray, noise: _Noise, lo: int, index: int,
               hi: int, settings: DetectorSettings, log_scale: bool) -> _Candidate:
-    v = (s2[lo:hi] + scatter.tau2) * scatter.inflation
-    w = 1.0 / v
+    w = 1.0 / (base[lo:hi] * noise.scale * noise.inflation)
     t = np.arange(lo, hi, dtype=np.float64)
     # Levels net of the common drift, each at its segment's own weighted time.
-    y = xc[lo:hi] - scatter.slope * t
+    y = xc[lo:hi] - noise.slope * t
     k = index - lo
     wa, wb = float(np.sum(w[:k])), float(np.sum(w[k:]))
     before = float(np.dot(w[:k], y[:k]) / wa)
     after = float(np.dot(w[k:], y[k:]) / wb)
     gap = float(np.dot(w[k:], t[k:]) / wb - np.dot(w[:k], t[:k]) / wa)
-    var_a, var_b = 1 / wa, 1 / wb
-    se = math.sqrt(var_a + var_b + gap * gap * scatter.slope_var)
-    # Satterthwaite: only the scatter's share of the variance is estimated (the points'
-    # intervals come from many rounds each), so only that share costs degrees of freedom.
-    tau_part = scatter.tau2 * scatter.inflation * (
-        float(np.sum(w[:k] ** 2)) / wa**2 + float(np.sum(w[k:] ** 2)) / wb**2)
-    share = min(tau_part / (var_a + var_b), 1.0)
-    dof = scatter.dof / share**2 if share > 0 else math.inf
-    dof = min(dof, 1e6)
+    se = math.sqrt(1 / wa + 1 / wb + gap * gap * noise.slope_var)
+    dof = noise.dof
     z = (after - before) / se
     splits = hi - lo - 2 * settings.min_segment + 1
-    p = min(1.0, float(2 * stats.t.sf(abs(z), dof)) * splits)
-    q = float(stats.t.ppf(0.975, dof))
+    p = min(1.0, _two_sided_t(z, dof) * splits)
+    q = float(special.stdtrit(dof, 0.975))
     # Report the two levels where they meet: at the change, drift included.
-    before += scatter.slope * index
-    after += scatter.slope * index
+    before += noise.slope * index
+    after += noise.slope * index
     if log_scale:
         before, after = math.exp(before), math.exp(after)
         rel = after / before - 1
@@ -521,11 +568,7 @@ def _evaluate(xc: FloatArray, s2: FloatArray, scatter: _Scatter, lo: int, index:
         ci = (rel - q * se / scale, rel + q * se / scale)
     trend_p = 0.0
     if settings.drift_guard and hi - lo > 3:
-        zs, zt = _step_and_trend_z(y, w, k)
-        # Only where the two segments drift (a trend beside the step) must the step also
-        # stand on top of that trend: elsewhere the guard would cost power for nothing.
-        if 2 * stats.t.sf(abs(zt), dof) <= settings.drift_evidence_p:
-            trend_p = min(1.0, float(2 * stats.t.sf(abs(zs), dof)) * splits)
+        trend_p = min(1.0, _two_sided_t(_step_given_trend_z(y, w, k), dof) * splits)
     passed = (
         p <= settings.max_p_value
         and abs(rel) >= settings.min_relative_change
@@ -534,7 +577,7 @@ def _evaluate(xc: FloatArray, s2: FloatArray, scatter: _Scatter, lo: int, index:
     return _Candidate(index, before, after, rel, ci[0], ci[1], p, trend_p, passed)
 
 
-def _confirm(xc: FloatArray, s2: FloatArray, cps: list[int], scatter: _Scatter,
+def _confirm(xc: FloatArray, base: FloatArray, cps: list[int], noise: _Noise,
              settings: DetectorSettings, log_scale: bool) -> tuple[list[int], list[_Candidate]]:
     """Hunter/Otava's merge step: drop the weakest failing candidate, re-test its
     neighbours on the merged segments, until every remaining candidate passes."""
@@ -544,13 +587,13 @@ def _confirm(xc: FloatArray, s2: FloatArray, cps: list[int], scatter: _Scatter,
     def evaluate(i: int) -> _Candidate:
         lo = cps[i - 1] if i > 0 else 0
         hi = cps[i + 1] if i + 1 < len(cps) else n
-        return _evaluate(xc, s2, scatter, lo, cps[i], hi, settings, log_scale)
+        return _evaluate(xc, base, noise, lo, cps[i], hi, settings, log_scale)
 
     cands = [evaluate(i) for i in range(len(cps))]
     while True:
         failing = [i for i, c in enumerate(cands) if not c.passed]
         if not failing:
-            return cps, cands
+            return _refined(xc, base, noise, cps, cands, evaluate, settings.min_segment)
         worst = max(failing, key=lambda i: (cands[i].p_value, -abs(cands[i].relative_change)))
         del cps[worst]
         del cands[worst]
@@ -559,22 +602,58 @@ def _confirm(xc: FloatArray, s2: FloatArray, cps: list[int], scatter: _Scatter,
                 cands[i] = evaluate(i)
 
 
+def _refined(xc: FloatArray, base: FloatArray, noise: _Noise, cps: list[int],
+             cands: list[_Candidate], evaluate: Any, m: int) -> tuple[list[int],
+                                                                     list[_Candidate]]:
+    """Each change moved to the split of its final segments where the step is largest.
+
+    The search picked it in a seeded interval that may have reached into a neighbouring
+    segment; between its final neighbours the best split can lie a few points away.
+    """
+    n = xc.size
+    w = 1.0 / (base * noise.scale * noise.inflation)
+    t = np.arange(n, dtype=np.float64)
+    y = xc - noise.slope * t
+    sw = np.concatenate([[0.0], np.cumsum(w)])
+    swy = np.concatenate([[0.0], np.cumsum(w * y)])
+    for _ in range(3):
+        moved = False
+        for i in range(len(cps)):
+            lo = cps[i - 1] if i > 0 else 0
+            hi = cps[i + 1] if i + 1 < len(cps) else n
+            best, _ = _best_split(sw, swy, lo, hi, m)
+            if best != cps[i]:
+                old, cps[i] = cps[i], best
+                candidate = evaluate(i)
+                if candidate.passed:
+                    cands[i] = candidate
+                    moved = True
+                else:
+                    cps[i] = old
+        if not moved:
+            break
+    if any(moved for moved in [True]):
+        cands = [evaluate(i) for i in range(len(cps))]
+    return cps, cands
+
+
 def detect_change_points(
     values: Sequence[float] | FloatArray,
     *,
     higher_is_better: bool = True,
-    ci_low: Sequence[float] | FloatArray | None = None,
-    ci_high: Sequence[float] | FloatArray | None = None,
+    ci_low: Sequence[float | None] | FloatArray | None = None,
+    ci_high: Sequence[float | None] | FloatArray | None = None,
     settings: DetectorSettings = DEFAULT_SETTINGS,
 ) -> list[ChangePoint]:
     """Level shifts in `values`, oldest first; empty when the series is too short or flat.
 
-    `ci_low`/`ci_high`: each point's 95% interval, aligned with `values` (both or neither).
+    `ci_low`/`ci_high`: each point's 95% interval, aligned with `values` (both or neither;
+    None inside them for a point without an interval of its own).
     A series shorter than 2 * min_segment has no room for a change on both sides.
     """
     settings.check()
     raw = as_series(values)
-    s2 = point_variances(raw, ci_low, ci_high)
+    bounds = _interval_bounds(raw, ci_low, ci_high)
     n = raw.size
     m = settings.min_segment
     if n < 2 * m or np.ptp(raw) == 0.0:
@@ -583,29 +662,30 @@ def detect_change_points(
     # multiplicative: on the log scale they add up, and a point's interval is symmetric
     # there (the product's is). Any other series is analysed as it is.
     log_scale = bool(np.all(raw > 0)) and (
-        ci_low is None or bool(np.all(np.asarray(ci_low, dtype=np.float64) > 0)))
-    if log_scale:
-        x = np.log(raw)
-        if ci_low is not None and ci_high is not None:
-            s2 = ((np.log(np.asarray(ci_high, dtype=np.float64))
-                   - np.log(np.asarray(ci_low, dtype=np.float64))) / (2 * _Z95)) ** 2
-    else:
-        x = raw
-    s2 = moderated_variances(s2, settings.interval_prior_dof)
+        bounds is None or not bool(np.any(bounds[0] <= 0)))
+    x = np.log(raw) if log_scale else raw
+    s2 = moderated_variances(point_variances(raw, ci_low, ci_high, log_scale=log_scale),
+                             settings.interval_prior_dof)
     with_intervals = bool(np.any(s2 > 0))
     tau = noise_scale(x, s2)
     if tau == 0.0 and not np.all(s2 > 0):
         tau = _mean_abs_difference_scale(x)  # points with no spread of their own
     floor = max(tau * tau, (1e-9 * float(np.max(np.abs(x)))) ** 2, 1e-300)
-    sd = np.sqrt(s2 + floor)
+    # The intervals' level, as far as the differences contradict it, pooled with what the
+    # intervals claim as a prior worth scale_prior_dof degrees of freedom.
+    d0 = settings.scale_prior_dof
+    phi0 = (d0 + (n - 1) * _interval_overstatement(x, s2)) / (d0 + n - 1)
+    sd = np.sqrt(phi0 * s2 + floor)
     xc = _clipped(x, sd, settings.clip_sigmas)
-    cps = _candidates(xc, 1.0 / (sd * sd), m, settings.search_z)
+    cps = _candidates(xc, 1.0 / (sd * sd), m, settings.penalty_factor * math.log(n))
     if not cps:
         return []
+    base = phi0 * s2 + floor
+    own_share = float(np.mean(s2 / base))
     cands: list[_Candidate] = []
     for _ in range(10):
-        scatter = _scatter_given(xc, s2, cps, floor, settings)
-        kept, cands = _confirm(xc, s2, cps, scatter, settings, log_scale)
+        noise = _noise_given(xc, base, cps, settings, own_share)
+        kept, cands = _confirm(xc, base, cps, noise, settings, log_scale)
         if kept == cps or not kept:
             break
         cps = kept
