@@ -56,7 +56,6 @@ sys.path.insert(0, str(ROOT))
 
 from app.detection.changepoints import DetectorSettings, detect_change_points  # noqa: E402
 from app.detection.corpus import (  # noqa: E402
-    KINDS,
     LEGACY_SHAPES,
     MAGNITUDE_BUCKETS,
     SHAPES,
@@ -311,7 +310,7 @@ def widened_report(results: dict[str, Results]) -> list[str]:
         cells = [f"{_prf(r.groups[f'shape:{k}'])} ({_flagged(r, f'shape:{k}')})"
                  for k in SHAPES]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    structures = ["short (<10 points)", "one step", "several steps", "no step"]
+    structures = ["short (<10 points)", "one step", "several steps"]
     lines += ["", "Precision / recall / F1 by structure:", "",
               "| detector | " + " | ".join(structures) + " |",
               "|---" * (len(structures) + 1) + "|"]

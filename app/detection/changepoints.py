@@ -1,52 +1,51 @@
 """Change points in one series of speedups (or any metric): where the level moved.
 
-Each point may come with its own 95% interval (what the product measured about that point:
-a GPU cell timed with CUDA graphs is often known to +-0.1%, a CPU cell to +-3%). The noise
-model of a point is then
+Each point may come with its own 95% interval, which only Speedwatch has: a GPU cell timed
+with CUDA graphs is often known to +-0.1%, a CPU cell to +-3%. The noise model of point i is
 
-    variance_i = s_i^2 + tau^2        s_i = the point's half-width / 1.96
+    variance_i = scale * inflation * (phi * s_i^2 + tau^2)
 
-where tau is the scatter BETWEEN points that no single point's interval can see (another
-machine, another day, a clock state). Points without intervals have s_i = 0 and the series'
-own scatter is all there is: the same method, not a second one.
+- s_i^2: the point's own variance, (half-width / 1.96)^2 on the log scale, pooled with the
+  series' typical one (`moderated_variances`: an interval from 3 processes has 2 degrees of
+  freedom and is sometimes far too narrow by chance). NaN-free: a point without an interval
+  gets the typical one; without any intervals s_i = 0 and the series' scatter is all there
+  is -- the same method, not a second one.
+- tau^2: the scatter BETWEEN points that no single interval can see (another machine,
+  another day, a clock state), from first differences (`noise_scale`); phi <= 1: how much of
+  the intervals the differences show where they show less (the product's Student-t
+  intervals from few processes are about twice 1.96 standard errors), pooled with 1.
+- scale: the residuals' dispersion around the segments, pooled with 1; inflation:
+  (1 + rho) / (1 - rho) for a significant lag-1 autocorrelation rho of the residuals
+  (consecutive runs sharing a machine's state make a segment's mean vary more).
 
 Method, and why each part is there (docs/detection.md has the measured comparison):
 
-1. Scatter from first differences: tau solves median(d_i^2 / (s_i^2 + s_{i+1}^2 + 2 tau^2))
-   = median of chi-square(1). Without intervals this is the MAD of the differences. A step
-   or a slow drift moves one difference, or all of them by a hair, so this measures the
-   point-to-point noise without being inflated by the very changes we look for.
+1. Log scale for positive series: speedups' noise, drift and steps are multiplicative.
 2. Robust clipping: each value is pulled to within `clip_sigmas` of its own standard
    deviation of a centred running median (window 5). One wild sample cannot fake a step,
    while a real step survives: the running median follows it within two points.
-3. Search: seeded binary segmentation (Kovacs et al. 2020): the weighted two-sample z of
-   every split of O(n log n) intervals of halving lengths (cumulative sums), taken greedily,
-   strongest first, where no earlier pick lies inside the interval. Every split with
-   |z| >= `search_z` is a candidate. Seeded intervals find a short dip (a regression and its
-   fix) that a split of the whole series would average away.
-4. The series' scatter again, now around the candidates' segment means (Paule-Mandel: tau^2
-   such that the weighted residuals have their expected chi-square, n minus the number of
-   segments), and the lag-1 autocorrelation rho of the standardised residuals. Consecutive
-   runs that share a machine's state make a segment's mean vary (1 + rho) / (1 - rho) times
-   more than independent points would, so every variance is inflated by that factor.
-5. Confirmation of every candidate, each against its neighbours' segments (Hunter/Otava's
-   merge step): the weighted difference of the two segment means over its standard error
-   (Student t, Satterthwaite degrees of freedom for the estimated scatter), its p-value
-   times the number of split points the search could have chosen in those segments
-   (Bonferroni: the split was picked where the data jump most); a drift guard (the step must
-   also be significant, at a laxer level, in a weighted fit of level + linear trend + step,
-   so a slow drift is not a change point while a step on top of a drift still is); and a
-   minimum relative effect. Candidates that fail are removed weakest first and their
-   neighbours re-tested on the merged segments; the scatter is re-estimated on the segments
-   left until they no longer change.
+3. Search: the exact minimiser of the weighted squared error plus `penalty_factor * log(n)`
+   per change (PELT's objective, with PELT's pruning), over the split positions that seeded
+   binary segmentation proposes (Kovacs et al. 2020: the best split of each of O(n) intervals
+   of halving lengths). Seeded intervals see a short dip (a regression and its fix) that a
+   split of the whole series would average away; restricting the search to their positions
+   keeps a 10k-point series well under 100 ms.
+4. Confirmation of every candidate against its neighbours' segments (Hunter/Otava's merge
+   step): the weighted difference of the two segment levels over its standard error (Student
+   t; a common linear drift enters the model where it is significant), its p-value times the
+   number of split points the search could have chosen there (Bonferroni: the split was picked
+   where the data jump most) must reach `max_p_value`; a drift guard (the step must also stand
+   on top of a local linear trend, at `max_step_given_trend_p`, so a slow drift is not a
+   change point while a step on a drift still is); and a minimum relative effect. Candidates
+   that fail are removed weakest first and their neighbours re-tested on the merged segments;
+   the noise is re-estimated on the segments left until they no longer change.
 
-O(n log n) search and O(n) per confirmation: a 10k-point series takes tens of milliseconds
-(scripts/bench_detection.py --timing). Pure functions on plain numbers: no service imports.
+Every change point reports its size, its 95% interval and the test that confirmed it.
+Pure functions on plain numbers: no service imports.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,8 +66,11 @@ _CHI2_1_MEDIAN = float(stats.chi2.ppf(0.5, 1))
 # Highest lag-1 autocorrelation believed: beyond it a segment's mean is not estimable.
 _MAX_RHO = 0.9
 
-TEST_WITH_INTERVALS = "weighted step z-test (point intervals + between-point scatter)"
-TEST_SCATTER_ONLY = "step z-test (between-point scatter)"
+# What `ChangePoint.test` says; docs/detection.md describes both.
+TEST_WITH_INTERVALS = ("step t-test weighted by each point's 95% interval and the series' "
+                       "scatter; Bonferroni over the splits searched; drift guard")
+TEST_SCATTER_ONLY = ("step t-test on the series' scatter alone (no point has its own "
+                     "uncertainty); Bonferroni over the splits searched; drift guard")
 
 
 class SeriesError(ValueError):
@@ -79,7 +81,7 @@ class SeriesError(ValueError):
 class DetectorSettings:
     """Knobs of the detector. Defaults were tuned on corpus seed 1 (see docs/detection.md)."""
 
-    min_segment: int = 4
+    min_segment: int = 3
     """Fewest points on each side of a change: one or two outliers are never a change."""
     min_relative_change: float = 0.01
     """Smallest |after/before - 1| reported; smaller real shifts are not worth an alarm."""
@@ -93,7 +95,7 @@ class DetectorSettings:
     """Model a common linear drift: a slow drift is no change point; a step is measured
     net of it."""
     drift_guard: bool = True
-    max_step_given_trend_p: float = 0.01
+    max_step_given_trend_p: float = 0.2
     """Drift guard: p-value (times the split points) of the step on top of a linear trend."""
     autocorrelation: bool = True
     """Inflate variances for the residuals' lag-1 autocorrelation where it is significant."""
@@ -132,8 +134,8 @@ class ChangePoint:
 
     index: int
     direction: Direction
-    before: float  # weighted mean of the segment before (outliers clipped)
-    after: float  # weighted mean of the segment after
+    before: float  # level of the segment before, at the change (weighted, outliers clipped)
+    after: float  # level of the segment after, at the change
     relative_change: float  # after / before - 1
     p_value: float | None  # the step test's, times the split points searched (see module)
     ci_low: float | None = None  # 95% interval of relative_change
@@ -180,7 +182,8 @@ def _interval_bounds(x: FloatArray, ci_low: Sequence[float | None] | FloatArray 
     bounds = []
     for name, given in (("ci_low", ci_low), ("ci_high", ci_high)):
         try:
-            arr = np.asarray([np.nan if v is None else v for v in given], dtype=np.float64)
+            arr = np.asarray(given if isinstance(given, np.ndarray)
+                             else [np.nan if v is None else v for v in given], dtype=np.float64)
         except (TypeError, ValueError):
             raise SeriesError(f"{name} must be a list of numbers (or null)") from None
         if arr.ndim != 1 or arr.size != x.size:
@@ -293,7 +296,7 @@ def noise_scale(values: Sequence[float] | FloatArray,
     upper = float(np.median(d2)) / (2 * _CHI2_1_MEDIAN)
     if upper <= 0 or excess(upper) > 0:
         upper = max(upper, float(np.max(d2)))
-    return math.sqrt(float(optimize.brentq(excess, 0.0, upper, xtol=upper * 1e-6)))
+    return math.sqrt(float(optimize.brentq(excess, 0.0, upper, xtol=upper * 1e-4)))
 
 
 def _interval_overstatement(x: FloatArray, s2: FloatArray) -> float:
@@ -403,11 +406,13 @@ def _candidates(x: FloatArray, w: FloatArray, min_segment: int, penalty: float) 
     last = np.zeros(ends.size, dtype=np.intp)
     alive = np.zeros(0, dtype=np.intp)  # PELT: starts that can still begin the last segment
     waiting = 0  # ends[waiting:] are not yet m points behind the current end
+    # the first start at least m points behind each end
+    ready = np.searchsorted(ends, ends - m, side="right")
     for j in range(1, ends.size):
-        while waiting < j and ends[j] - ends[waiting] >= m:
-            if np.isfinite(best[waiting]):
-                alive = np.append(alive, waiting)
-            waiting += 1
+        if ready[j] > waiting:
+            new = np.arange(waiting, ready[j])
+            alive = np.concatenate([alive, new[np.isfinite(best[new])]])
+            waiting = int(ready[j])
         if alive.size == 0:
             continue
         segw = cw[j] - cw[alive]
@@ -538,17 +543,38 @@ def _two_sided_t(z: float, dof: float) -> float:
     return float(2 * special.stdtr(dof, -abs(z)))
 
 
-def _evaluate(xc: FloatArray, base: FloatArray, noise: _Noise, lo: int, index: int,
-              hi: int, settings: DetectorSettings, log_scale: bool) -> _Candidate:
-    w = 1.0 / (base[lo:hi] * noise.scale * noise.inflation)
-    t = np.arange(lo, hi, dtype=np.float64)
+@dataclass(frozen=True)
+class _Fit:
+    """Weights and drift-free values under one noise model, with prefix sums, so that a
+    candidate's two segment levels cost O(1) however long the segments."""
+
+    noise: _Noise
+    w: FloatArray
+    y: FloatArray  # values net of the common drift
+    sw: FloatArray
+    swt: FloatArray
+    swy: FloatArray
+
+    @classmethod
+    def of(cls, xc: FloatArray, base: FloatArray, noise: _Noise) -> _Fit:
+        w = 1.0 / (base * noise.scale * noise.inflation)
+        t = np.arange(xc.size, dtype=np.float64)
+        y = xc - noise.slope * t
+
+        def prefix(a: FloatArray) -> FloatArray:
+            return np.concatenate([[0.0], np.cumsum(a)])
+
+        return cls(noise, w, y, prefix(w), prefix(w * t), prefix(w * y))
+
+
+def _evaluate(fit: _Fit, lo: int, index: int, hi: int, settings: DetectorSettings,
+              log_scale: bool) -> _Candidate:
+    noise = fit.noise
+    wa, wb = fit.sw[index] - fit.sw[lo], fit.sw[hi] - fit.sw[index]
     # Levels net of the common drift, each at its segment's own weighted time.
-    y = xc[lo:hi] - noise.slope * t
-    k = index - lo
-    wa, wb = float(np.sum(w[:k])), float(np.sum(w[k:]))
-    before = float(np.dot(w[:k], y[:k]) / wa)
-    after = float(np.dot(w[k:], y[k:]) / wb)
-    gap = float(np.dot(w[k:], t[k:]) / wb - np.dot(w[:k], t[:k]) / wa)
+    before = (fit.swy[index] - fit.swy[lo]) / wa
+    after = (fit.swy[hi] - fit.swy[index]) / wb
+    gap = (fit.swt[hi] - fit.swt[index]) / wb - (fit.swt[index] - fit.swt[lo]) / wa
     se = math.sqrt(1 / wa + 1 / wb + gap * gap * noise.slope_var)
     dof = noise.dof
     z = (after - before) / se
@@ -566,73 +592,60 @@ def _evaluate(xc: FloatArray, base: FloatArray, noise: _Noise, lo: int, index: i
         rel = _relative(before, after)
         scale = abs(before) if before != 0 else 1.0
         ci = (rel - q * se / scale, rel + q * se / scale)
-    trend_p = 0.0
-    if settings.drift_guard and hi - lo > 3:
-        trend_p = min(1.0, _two_sided_t(_step_given_trend_z(y, w, k), dof) * splits)
-    passed = (
-        p <= settings.max_p_value
-        and abs(rel) >= settings.min_relative_change
-        and trend_p <= settings.max_step_given_trend_p
-    )
+    passed = p <= settings.max_p_value and abs(rel) >= settings.min_relative_change
+    trend_p = 0.0  # not needed unless the step passed the rest
+    if passed and settings.drift_guard and hi - lo > 3:
+        zt = _step_given_trend_z(fit.y[lo:hi], fit.w[lo:hi], index - lo)
+        trend_p = min(1.0, _two_sided_t(zt, dof) * splits)
+        passed = trend_p <= settings.max_step_given_trend_p
     return _Candidate(index, before, after, rel, ci[0], ci[1], p, trend_p, passed)
 
 
 def _confirm(xc: FloatArray, base: FloatArray, cps: list[int], noise: _Noise,
              settings: DetectorSettings, log_scale: bool) -> tuple[list[int], list[_Candidate]]:
     """Hunter/Otava's merge step: drop the weakest failing candidate, re-test its
-    neighbours on the merged segments, until every remaining candidate passes."""
+    neighbours on the merged segments, until every remaining candidate passes. Then each
+    change moves to the split of its final segments where the step is largest (the search
+    picked it among a few positions; between its final neighbours the best split can lie a
+    point or two away), and the merge step runs again if that moved any."""
     n = xc.size
     cps = list(cps)
+    m = settings.min_segment
+    fit = _Fit.of(xc, base, noise)
 
     def evaluate(i: int) -> _Candidate:
         lo = cps[i - 1] if i > 0 else 0
         hi = cps[i + 1] if i + 1 < len(cps) else n
-        return _evaluate(xc, base, noise, lo, cps[i], hi, settings, log_scale)
+        return _evaluate(fit, lo, cps[i], hi, settings, log_scale)
 
     cands = [evaluate(i) for i in range(len(cps))]
-    while True:
-        failing = [i for i, c in enumerate(cands) if not c.passed]
-        if not failing:
-            return _refined(xc, base, noise, cps, cands, evaluate, settings.min_segment)
-        worst = max(failing, key=lambda i: (cands[i].p_value, -abs(cands[i].relative_change)))
-        del cps[worst]
-        del cands[worst]
-        for i in (worst - 1, worst):
-            if 0 <= i < len(cps):
-                cands[i] = evaluate(i)
-
-
-def _refined(xc: FloatArray, base: FloatArray, noise: _Noise, cps: list[int],
-             cands: list[_Candidate], evaluate: Any, m: int) -> tuple[list[int],
-                                                                     list[_Candidate]]:
-    """Each change moved to the split of its final segments where the step is largest.
-
-    The search picked it in a seeded interval that may have reached into a neighbouring
-    segment; between its final neighbours the best split can lie a few points away.
-    """
-    n = xc.size
-    w = 1.0 / (base * noise.scale * noise.inflation)
-    t = np.arange(n, dtype=np.float64)
-    y = xc - noise.slope * t
-    sw = np.concatenate([[0.0], np.cumsum(w)])
-    swy = np.concatenate([[0.0], np.cumsum(w * y)])
-    for _ in range(3):
+    for refinements in range(4):
+        while True:
+            failing = [i for i, c in enumerate(cands) if not c.passed]
+            if not failing:
+                break
+            worst = max(failing,
+                        key=lambda i: (cands[i].p_value, -abs(cands[i].relative_change)))
+            del cps[worst]
+            del cands[worst]
+            for i in (worst - 1, worst):
+                if 0 <= i < len(cps):
+                    cands[i] = evaluate(i)
+        if refinements == 3:
+            break
         moved = False
         for i in range(len(cps)):
             lo = cps[i - 1] if i > 0 else 0
             hi = cps[i + 1] if i + 1 < len(cps) else n
-            best, _ = _best_split(sw, swy, lo, hi, m)
+            best, _ = _best_split(fit.sw, fit.swy, lo, hi, m)
             if best != cps[i]:
                 old, cps[i] = cps[i], best
-                candidate = evaluate(i)
-                if candidate.passed:
-                    cands[i] = candidate
+                if evaluate(i).passed:
                     moved = True
                 else:
                     cps[i] = old
         if not moved:
             break
-    if any(moved for moved in [True]):
         cands = [evaluate(i) for i in range(len(cps))]
     return cps, cands
 

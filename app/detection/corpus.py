@@ -54,6 +54,7 @@ nearest first.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -211,7 +212,7 @@ def _step_positions(rng: np.random.Generator, n: int, count: int, gap: int) -> l
     """`count` indices at least `gap` apart and from either end (rejection sampling)."""
     while True:
         idx = sorted(int(i) for i in rng.integers(gap, n - gap + 1, count))
-        if all(b - a >= gap for a, b in zip(idx, idx[1:], strict=False)):
+        if all(b - a >= gap for a, b in itertools.pairwise(idx)):
             return idx
 
 
@@ -269,9 +270,9 @@ def generate_series(rng: np.random.Generator, series_id: str) -> LabelledSeries:
     if shape == "outliers":
         hit = rng.random(n) < 0.04
         point_sd = np.sqrt(scatter**2 + (sd / np.sqrt(k)) ** 2)
-        size = rng.uniform(5.0, 15.0, n) * point_sd
-        sign = np.where(rng.random(n) < 0.8, -1.0, 1.0)
-        between = np.where(hit, sign * size, between)
+        excursion = rng.uniform(5.0, 15.0, n) * point_sd
+        slow = np.where(rng.random(n) < 0.8, -1.0, 1.0)
+        between = np.where(hit, slow * excursion, between)
         shows = hit & (rng.random(n) < 0.5)
         log_half = np.where(shows, log_half * rng.uniform(3.0, 10.0, n), log_half)
     values = level * np.exp(own) * (1 + between)

@@ -110,9 +110,11 @@ def test_a_shift_smaller_than_the_minimum_effect_is_ignored() -> None:
 def test_series_too_short_for_two_segments_give_nothing() -> None:
     assert detect_change_points([]) == []
     assert detect_change_points([2.0, 1.0]) == []
-    short = [2.0] * 4 + [1.0] * 3  # min_segment 4 on each side
+    short = [2.0] * 3 + [1.0] * 2  # min_segment 3 on each side
     assert detect_change_points(short) == []
     assert detect_change_points(short, **within(short, 0.001)) == []
+    [cp] = detect_change_points([2.0, 2.01, 1.99, 1.5, 1.51, 1.49])
+    assert cp.index == 3
 
 
 def test_heavy_noise_hides_a_small_step_rather_than_inventing_changes() -> None:
