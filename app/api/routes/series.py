@@ -117,7 +117,7 @@ def series_change_points(
                                 description="search the newest this many points")] = 500,
 ) -> SeriesChangesPublic:
     """Level shifts in the newest `limit` ok points (the `speedwatch detect` method, given
-    each point's stored 95% interval: at least 4 points on each side, so one outlier is never
+    each point's stored 95% interval: at least 3 points on each side, so one outlier is never
     a change), each attributed to the first revision measured after it, with the installed
     versions that changed."""
     series = series_service.get_series(session, key, project, access)
