@@ -28,8 +28,8 @@ Method, and why each part is there (docs/detection.md has the measured compariso
    per change (PELT's objective, with PELT's pruning), over the split positions that seeded
    binary segmentation proposes (Kovacs et al. 2020: the best split of each of O(n) intervals
    of halving lengths). Seeded intervals see a short dip (a regression and its fix) that a
-   split of the whole series would average away; restricting the search to their positions
-   keeps a 10k-point series well under 100 ms.
+   split of the whole series would average away; searching only their positions keeps a
+   10k-point series to tens of milliseconds (scripts/bench_detection.py --timing).
 4. Confirmation of every candidate against its neighbours' segments (Hunter/Otava's merge
    step): the weighted difference of the two segment levels over its standard error (Student
    t; a common linear drift enters the model where it is significant), its p-value times the
