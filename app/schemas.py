@@ -544,10 +544,18 @@ class VersionChangePublic(BaseModel):
 
 class ChangePublic(BaseModel):
     direction: Literal["regression", "improvement"]
-    before: float = Field(description="median speedup of the segment before the change")
-    after: float = Field(description="median speedup of the segment after")
+    before: float = Field(description="speedup level of the segment before, at the change "
+                                      "(weighted by each point's precision, outliers clipped)")
+    after: float = Field(description="speedup level of the segment after, at the change")
     relative_change: float = Field(description="after / before - 1")
-    p_value: float | None = Field(description="Mann-Whitney U between the two segments")
+    relative_change_ci_low: float | None = Field(
+        description="95% interval of relative_change, low end")
+    relative_change_ci_high: float | None = Field(
+        description="95% interval of relative_change, high end")
+    p_value: float | None = Field(description="the step test's p-value times the split points "
+                                              "searched (docs/detection.md)")
+    test: str = Field(description="the test that confirmed the change: with the points' "
+                                  "intervals, or the series' scatter alone")
     revision: str = Field(description="the first revision measured after the change")
     run_id: int
     result_id: int
