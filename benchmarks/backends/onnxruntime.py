@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks import model_ref
 from benchmarks.backends.base import BackendUnavailable, Compiled
 from benchmarks.onnx_weights import domain_counts, node_counts, weights_to_inputs
 
@@ -232,7 +233,16 @@ class OnnxRuntimeBackend:
         workdir.mkdir(parents=True, exist_ok=True)
         try:
             exported_path = workdir / "model.onnx"
-            exporter, opset = _export(model, example, exported_path, spec)
+            try:
+                exporter, opset = _export(model, example, exported_path, spec)
+            except OnnxExportError as exc:
+                if model_ref.parse(spec.model, allow_absolute=True).builtin:
+                    raise  # the built-in models export: failing to is a finding
+                # A model of the user's that no exporter takes is a property of the model
+                # (data-dependent control flow, an op without a translation): skipped.
+                raise BackendUnavailable(
+                    f"model {spec.model} cannot be exported to ONNX ("
+                    f"{str(exc).removeprefix('ONNX export failed: ')})") from exc
             exported = onnx.load(str(exported_path))
             exported_counts = node_counts(exported)
 
