@@ -27,9 +27,11 @@ dtypes and non-tensor values, result shapes), with torch/torchvision/timm module
 hold none of the user's modules recorded as one call each (class, `extra_repr`, input and
 output shapes), plus every module's class and `extra_repr` and every parameter's and
 buffer's name, shape and dtype. So a changed custom block, a helper function its forward
-calls, a layer's width or the input shape all change it; comments, formatting, weights
-and the versions of torch and the libraries do not (their internals are not traced: that
-is what a series compares across). For an archive it is its graph: every node's op,
+calls, a layer's width or the input shape all change it; comments, formatting, weights,
+the file a class lives in and the versions of torch and the libraries do not (their
+internals are not traced: that is what a series compares across). Classes are named
+without their module; a library's module whose `extra_repr` changes between versions
+would change it (not seen for torch's layers, which have kept theirs for years). For an archive it is its graph: every node's op,
 target, inputs and output shapes. `FINGERPRINT_VERSION` is part of the digest, so a change
 of the method starts new series rather than silently matching old ones.
 """
@@ -401,7 +403,9 @@ def describe(value: Any, depth: int = 0) -> Any:
 
 
 def _class_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+    """A class as the fingerprint names it: its qualified name without its module, so
+    moving a block to another file (or torch moving one of its own) changes nothing."""
+    return cls.__qualname__
 
 
 def is_library_class(cls: type) -> bool:
