@@ -30,10 +30,11 @@ buffer's name, shape and dtype. So a changed custom block, a helper function its
 calls, a layer's width or the input shape all change it; comments, formatting, weights,
 the file a class lives in and the versions of torch and the libraries do not (their
 internals are not traced: that is what a series compares across). Classes are named
-without their module; a library's module whose `extra_repr` changes between versions
-would change it (not seen for torch's layers, which have kept theirs for years). For an archive it is its graph: every node's op,
-target, inputs and output shapes. `FINGERPRINT_VERSION` is part of the digest, so a change
-of the method starts new series rather than silently matching old ones.
+without their module. One thing of a library's does count: a layer whose `extra_repr`
+(the text in a module's repr) changes between versions changes the fingerprint too, and
+starts a new series. For an archive it is its graph: every node's op, target, inputs and
+output shapes. `FINGERPRINT_VERSION` is part of the digest, so a change of the method
+starts new series rather than silently matching old ones.
 """
 
 from __future__ import annotations
