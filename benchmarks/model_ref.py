@@ -51,7 +51,7 @@ _DIGEST_RE = re.compile(rf"^[0-9a-f]{{{DIGEST_CHARS}}}$")
 # One pattern for the API's JSON schema (the relative `file:` form only; lengths are
 # checked apart): documentation for clients, the validator below is what decides.
 API_PATTERN = (
-    rf"^(?:{'|'.join(re.escape(m) for m in BUILTIN_MODELS)}"
+    rf"^(?:{'|'.join(BUILTIN_MODELS)}"  # plain names: letters, digits and '-'
     rf"|{_DOTTED}:{_DOTTED}"
     r"|(?:torchvision|timm):[A-Za-z0-9][A-Za-z0-9_.\-]*"
     r"|file:(?:[A-Za-z0-9_][A-Za-z0-9_.+\-]*/)*[A-Za-z0-9_][A-Za-z0-9_.+\-]*\.pt2)$"
