@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-NETS = '''"""A small CNN with a block of our own (written by the test suite)."""
+NETS = '''"""A small CNN with a block of our own."""
 import torch
 from torch import nn
 
@@ -27,8 +27,7 @@ class ScaledResidual(nn.Module):
         self.bn = nn.BatchNorm2d(channels)
 
     def forward(self, x):
-        {comment}
-        return x + {scale} * torch.relu(self.bn(self.conv(x)))
+{comment}        return x + {scale} * torch.relu(self.bn(self.conv(x)))
 
 
 class SmallCNN(nn.Module):
@@ -57,7 +56,8 @@ def write_package(root: Path, name: str = "mypkg", *, scale: str = "0.5", commen
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("", encoding="utf-8")
     (package / "nets.py").write_text(
-        NETS.format(scale=scale, comment=comment or "pass", size=size, extra=extra),
+        NETS.format(scale=scale, comment=f"        {comment}\n" if comment else "", size=size,
+                    extra=extra),
         encoding="utf-8")
     return root
 
