@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Package names (PEP 503 normalised) a trigger may pin; anything else is refused at the API
@@ -67,6 +67,14 @@ class Settings(BaseSettings):
     # Named interpreters a worker may run cells in: {"trt-2.7": "/opt/trt27/bin/python"}.
     interpreters: dict[str, str] = Field(default_factory=dict)
     venv_cache_dir: Path = Path("./var/venvs")
+    # Models of the user's (benchmarks.model_ref). `package.module:factory` is accepted only
+    # for these top-level packages (JSON list; ["*"]: any, for a single-user host): the
+    # factory is imported and called on the worker. model_path: directories, separated by
+    # ":" like PYTHONPATH, that each cell's child appends to sys.path (for those packages)
+    # and searches, in order, for `file:PATH.pt2` archives. Set both on the API and on the
+    # workers (the API checks the package, the worker checks it again and imports it).
+    model_packages: list[str] = Field(default_factory=list)
+    model_path: str = ""
     cell_timeout_seconds: int = Field(default=1800, ge=10)
     reconcile_after_seconds: int = Field(default=3600, ge=10)
     # Ingested results are judged after the response, coalesced per run over this window:
@@ -126,6 +134,14 @@ class Settings(BaseSettings):
     # `speedwatch serve`
     host: str = "127.0.0.1"
     port: int = 8000
+
+    @field_validator("model_packages")
+    @classmethod
+    def _check_model_packages(cls, value: list[str]) -> list[str]:
+        bad = [p for p in value if p != "*" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", p)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a top-level package name (or \"*\" for any)")
+        return value
 
     @model_validator(mode="after")
     def _refuse_insecure_production(self) -> Settings:

@@ -12,6 +12,14 @@ marker: a narrow language accepted, instead of every dangerous one recognised.
 A named interpreter is checked where it runs: only a worker knows which interpreters it
 has (`settings.interpreters`), so `named_interpreter` is the worker's check.
 
+A model of the user's is code too: `package.module:factory` is imported and called in the
+cell's child process, so the API and the worker both accept it only from the top-level
+packages the server lists (`model_refusal`, SPEEDWATCH_MODEL_PACKAGES); otherwise a CI
+token could import any module the worker can and call any of its callables. `file:`
+archives are read only from the worker's model path (relative, never `..`: loading a
+`.pt2` unpickles what it holds); torchvision and timm models are built by name through
+those libraries' own registries.
+
 Plain functions of their arguments: no store, no settings lookup, no process started.
 """
 
@@ -19,6 +27,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+
+from benchmarks import model_ref
 
 MAX_PINS = 32
 MAX_PIN_LENGTH = 120
@@ -116,3 +126,27 @@ def named_interpreter(
     if pins:
         raise InterpreterError("an environment is either pins or an interpreter")
     return interpreters[interpreter]
+
+
+ANY_PACKAGE = "*"
+
+
+def model_refusal(reference: str, model_packages: Sequence[str]) -> str | None:
+    """Why a run may not name this model here (one line), or None when it may.
+
+    The form must be one the API accepts (a relative `file:` path, no URL), and a factory's
+    top-level package must be in `model_packages` ("*": any, for a single-user host).
+    """
+    try:
+        ref = model_ref.parse(reference)
+    except model_ref.ModelRefError as exc:
+        return str(exc)
+    if ref.kind != "factory":
+        return None
+    assert ref.module is not None
+    package = ref.module.split(".", 1)[0]
+    if ANY_PACKAGE in model_packages or package in model_packages:
+        return None
+    listed = ", ".join(model_packages) or "none"
+    return (f"package {package!r} is not one this server imports models from (listed in "
+            f"SPEEDWATCH_MODEL_PACKAGES: {listed})")

@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from app.detection.policy import DetectionPolicy
+from benchmarks import model_ref
 from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
-from benchmarks.spec import BACKENDS, MODELS, PRECISIONS, SHAPE_MODES, WEIGHTS
+from benchmarks.spec import BACKENDS, PRECISIONS, SHAPE_MODES, WEIGHTS
 
 
 class StrictModel(BaseModel):
@@ -40,7 +41,27 @@ def _enum(allowed: tuple[str, ...]) -> WithJsonSchema:
     return WithJsonSchema({"type": "string", "enum": list(allowed)})
 
 
-ModelName = Annotated[str, _one_of(MODELS), _enum(MODELS)]
+def _model_reference(value: str) -> str:
+    """A model by a form the API accepts (benchmarks.model_ref): syntax only, here; whether
+    a factory's package may be imported is the server's setting (expand_matrix), whether
+    it imports is only known to the worker that measures it (a skipped cell says why)."""
+    try:
+        model_ref.parse(value)
+    except model_ref.ModelRefError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+ModelName = Annotated[
+    str, AfterValidator(_model_reference),
+    WithJsonSchema({
+        "type": "string", "maxLength": model_ref.MAX_REFERENCE,
+        "pattern": model_ref.API_PATTERN,
+        "description": f"{model_ref.FORMS_HELP}: a factory's package must be one the server "
+                       "lists (SPEEDWATCH_MODEL_PACKAGES); a file is relative to the worker's "
+                       "model path (SPEEDWATCH_MODEL_PATH); nothing is downloaded",
+        "examples": ["resnet50", "mypkg.nets:build", "torchvision:resnet18",
+                     "file:nets/small.pt2"]})]
 BackendName = Annotated[str, _one_of(BACKENDS), _enum(BACKENDS)]
 WeightsName = Annotated[str, _one_of(WEIGHTS), _enum(WEIGHTS)]
 PrecisionName = Annotated[str, _one_of(PRECISIONS), _enum(PRECISIONS)]

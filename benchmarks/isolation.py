@@ -53,7 +53,7 @@ from typing import Any
 
 from benchmarks import fingerprint, stats
 from benchmarks.result import Accuracy, BenchResult, ResultError
-from benchmarks.spec import CHILD_SIDES, SIDE_OPTION, BenchSpec, SpecError
+from benchmarks.spec import CHILD_SIDES, SIDE_OPTION, BenchSpec, SpecError, model_digest_of
 
 STDERR_TAIL_BYTES = 4096
 _OOM_PATTERNS = re.compile(r"out of memory|MemoryError|OutOfMemoryError|std::bad_alloc",
@@ -449,6 +449,7 @@ def merge_processes(
     """One result from the ok results of K processes of `spec` (module docstring: how)."""
     policy = spec.timing
     first, last = results[0], results[-1]
+    _same_model(results)
     speedup = stats.combine_processes(
         [(r.baseline_samples_ms, r.candidate_samples_ms) for r in results],
         resamples=policy.bootstrap_resamples, seed=policy.seed, paired=spec.sides != "split",
@@ -514,6 +515,20 @@ def merge_processes(
     return merged
 
 
+def _same_model(results: list[BenchResult]) -> None:
+    """Refuse to merge processes that built different models (a factory that does not
+    build the same model each time): their samples would not measure one thing. Raises
+    ResultError naming the digests."""
+    try:
+        digests = [model_digest_of(r.fingerprint) for r in results]
+    except SpecError as exc:
+        raise ResultError(str(exc)) from None
+    if len(set(digests)) > 1:
+        raise ResultError("the model's fingerprint differs between processes ("
+                          + ", ".join(str(d) for d in digests) + "): its factory does not "
+                          "build the same architecture and input shapes each time")
+
+
 def _run_unit(
     spec: BenchSpec, index: int, *, timeout_s: float, python: str,
     env: dict[str, str] | None, cwd: str | None,
@@ -554,6 +569,7 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
     what, when, in which order. Both sides must have been timed alike (CUDA graphs or not):
     otherwise the unit fails rather than compare a replayed side with a launched one.
     """
+    _same_model([baseline, candidate])
     tb = baseline.evidence.get("timing") or {}
     tc = candidate.evidence.get("timing") or {}
     if tb.get("mode") != tc.get("mode"):
@@ -601,7 +617,8 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
         peak[key] = max(peak.get(key, 0), value)
     mode = str(tc.get("mode") or spec.requested_timing_mode)
     joined = BenchResult(
-        series_key=spec.series_key(str(fp.get("device_class") or spec.device), mode),
+        series_key=spec.series_key(str(fp.get("device_class") or spec.device), mode,
+                                   model_digest=model_digest_of(fp)),
         spec=spec.to_dict(),
         status="ok",
         reason=candidate.reason,

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from benchmarks import fingerprint, stats
+from benchmarks import fingerprint, model_ref, stats
 from benchmarks.accuracy import compare, tolerance
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.models import build_model, example_input, model_dtype
@@ -130,9 +130,15 @@ class _Peak:
 def _failed_or_skipped(
     spec: BenchSpec, status: str, reason: str, device_class: str, started: str, t0: float,
     fp: dict[str, Any] | None = None, spec_dict: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> BenchResult:
+    """A result without a measurement. `model`: the fingerprint of a model of the user's
+    built before the failure, so the result joins that model's series."""
+    fp = dict(fp or {})
+    if model:
+        fp["model"] = model
     return BenchResult(
-        series_key=spec.series_key(device_class),
+        series_key=spec.series_key(device_class, model_digest=(model or {}).get("digest")),
         spec=spec_dict if spec_dict is not None else spec.to_dict(),
         status=status,  # type: ignore[arg-type]
         reason=reason,
@@ -183,16 +189,19 @@ def run_spec(spec: BenchSpec, *, slow_candidate: float = 0.0) -> BenchResult:
     if why_not is not None:
         return _failed_or_skipped(spec, "skipped", why_not, device_class, started, t0,
                                   fp=_safe_collect(spec.device))
+    model: dict[str, Any] = {}  # filled by _measure once a model of the user's is built
     try:
-        return _measure(spec, backend, device_class, started, t0, slow_candidate)
+        return _measure(spec, backend, device_class, started, t0, slow_candidate, model)
     except BackendUnavailable as exc:
         return _failed_or_skipped(spec, "skipped", str(exc) or "backend unavailable",
-                                  device_class, started, t0, fp=_safe_collect(spec.device))
+                                  device_class, started, t0, fp=_safe_collect(spec.device),
+                                  model=model)
     except _StageError as exc:
         if spec.device == "cuda":
             torch.cuda.empty_cache()
         return _failed_or_skipped(spec, "failed", f"{exc.stage}: {one_line(exc.cause)}",
-                                  device_class, started, t0, fp=_safe_collect(spec.device))
+                                  device_class, started, t0, fp=_safe_collect(spec.device),
+                                  model=model)
 
 
 class _StageError(Exception):
@@ -264,9 +273,34 @@ def _compile_candidate(
     return compiled, accuracy, compile_call + first_call
 
 
+def _build(spec: BenchSpec, device: torch.device,
+           model_info: dict[str, Any]) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """(fp32 model on the device, its fp32 input, the fp32 reference output).
+
+    A model of the user's is fingerprinted during the reference call (the same forward
+    pass, nothing extra run) and its fingerprint stored in `model_info`; building it may
+    raise own_models.ModelUnavailable, which skips the cell."""
+    ref = model_ref.parse(spec.model, allow_absolute=True)
+    if ref.builtin:
+        model = build_model(spec).to(device)
+        x32 = example_input(spec).to(device)
+        with torch.inference_mode(), _exact_fp32():
+            reference = model(x32).float()
+        return model, x32, reference
+    from benchmarks import own_models
+
+    built = own_models.build(spec, ref)
+    built.module = built.module.to(device)
+    x32 = built.input.to(device)
+    with torch.inference_mode(), _exact_fp32():
+        out, info = own_models.fingerprinted_call(built, x32)
+    model_info.update(info)
+    return built.module, x32, out.float()
+
+
 def _measure(
     spec: BenchSpec, backend: Any, device_class: str, started: str, t0: float,
-    slow_candidate: float = 0.0,
+    slow_candidate: float = 0.0, model_info: dict[str, Any] | None = None,
 ) -> BenchResult:
     policy = spec.timing
     on_cuda = spec.device == "cuda"
@@ -290,12 +324,11 @@ def _measure(
         torch.backends.cudnn.benchmark = benchmark
         evidence["cudnn_benchmark"] = benchmark
 
+    if model_info is None:
+        model_info = {}
     with _stage("build"):
         with _Peak(on_cuda) as p_base:
-            model = build_model(spec).to(device)
-            x32 = example_input(spec).to(device)
-            with torch.inference_mode(), _exact_fp32():
-                reference = model(x32).float()
+            model, x32, reference = _build(spec, device, model_info)
             model = model.to(dtype)
             x = x32.to(dtype)
             with torch.inference_mode():
@@ -407,12 +440,15 @@ def _measure(
     fp = fingerprint.finish(_safe_collect(spec.device), nvml_start, nvml_end)
     if compiled is not None and compiled.versions:
         fp["backend_versions"] = dict(compiled.versions)
+    if model_info:
+        fp["model"] = dict(model_info)
     reason = None
     if accuracy is not None and not accuracy.passed:
         reason = (f"accuracy: relative L2 error {accuracy.rel_l2:.3g} exceeds the "
                   f"{spec.precision} tolerance {accuracy.tolerance:.3g}")
     return BenchResult(
-        series_key=spec.series_key(fp.get("device_class", device_class), mode),
+        series_key=spec.series_key(fp.get("device_class", device_class), mode,
+                                   model_digest=model_info.get("digest")),
         spec=spec.to_dict(),
         status="ok",
         reason=reason,

@@ -10,7 +10,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet50-customop")
+from benchmarks import model_ref
+from benchmarks.model_ref import BUILTIN_MODELS
+
+# The built-in models; `model` may also name one of the user's (benchmarks.model_ref).
+MODELS = BUILTIN_MODELS
 BACKENDS = ("eager", "inductor", "onnxruntime", "tensorrt", "torch_tensorrt")
 WEIGHTS = ("constant", "tensor", "refit")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -125,8 +129,12 @@ class BenchSpec:
     timing: TimingPolicy = field(default_factory=TimingPolicy)
 
     def validate(self) -> BenchSpec:
+        try:
+            # Absolute `file:` paths are the local bench's; the API refuses them itself.
+            model_ref.parse(self.model, allow_absolute=True)
+        except model_ref.ModelRefError as exc:
+            raise SpecError(f"model: {exc}") from None
         checks: list[tuple[str, object, tuple[object, ...]]] = [
-            ("model", self.model, MODELS),
             ("backend", self.backend, BACKENDS),
             ("weights", self.weights, WEIGHTS),
             ("precision", self.precision, PRECISIONS),
@@ -159,7 +167,25 @@ class BenchSpec:
 
     @property
     def model_label(self) -> str:
-        """Model name plus any non-default geometry: results of other geometry never compare."""
+        """Model name plus any non-default geometry: results of other geometry never compare.
+
+        For a model of the user's this is the name alone, as the API predicts it; the
+        result's key adds the fingerprint (`label_with`)."""
+        return self.label_with(None)
+
+    def label_with(self, model_digest: str | None) -> str:
+        """The model's segment of the series key. A built-in model is named with its
+        non-default geometry (`-w`, `-i`, `-c`) and never a digest: its code is this
+        package's, versioned with it. Any other model is its reference plus "@" and the
+        digest of its architecture and input shapes (benchmarks.own_models), which only
+        the host that built it can compute; image_size, width and num_classes do not
+        apply to it (its factory or archive decides)."""
+        try:
+            ref: model_ref.ModelRef | None = model_ref.parse(self.model, allow_absolute=True)
+        except model_ref.ModelRefError:
+            ref = None  # an invalid spec's failed result is still filed under its name
+        if ref is not None and not ref.builtin:
+            return ref.label(model_digest)
         label = self.model
         if self.width != 64:
             label += f"-w{self.width}"
@@ -191,17 +217,20 @@ class BenchSpec:
         """"graphs" when a GPU cell asks for CUDA-graph replays, else "nographs"."""
         return "graphs" if self.device == "cuda" and self.timing.cuda_graphs else "nographs"
 
-    def series_key(self, device_class: str, timing_mode: str | None = None) -> str:
+    def series_key(self, device_class: str, timing_mode: str | None = None,
+                   model_digest: str | None = None) -> str:
         """Stable key of everything that must stay equal for two results to compare.
 
         `device_class` comes from the fingerprint ("cpu", "nvidia-h100", ...), not the spec,
         because the same spec runs on different hardware. `timing_mode` is what the result
         was timed with (a GPU cell whose capture failed falls back to "nographs"); None
-        means what the spec asks for. Package versions are never part of it: comparing
-        them along a series is the product.
+        means what the spec asks for. `model_digest` is the fingerprint of a model of the
+        user's (`model_digest_of` the result's fingerprint); None before it is known.
+        Package versions are never part of it: comparing them along a series is the
+        product.
         """
         return series_key(
-            model=self.model_label,
+            model=self.label_with(model_digest),
             backend=self.backend,
             weights=self.weights,
             precision=self.precision,
@@ -235,6 +264,19 @@ class BenchSpec:
 
 
 TIMING_MODES = ("graphs", "nographs")
+
+
+def model_digest_of(fingerprint: Any) -> str | None:
+    """The model digest a result's fingerprint records (`fingerprint.model.digest`), None
+    when it records none; raises SpecError for one that cannot be a digest (it becomes
+    part of a series key)."""
+    model = fingerprint.get("model") if isinstance(fingerprint, dict) else None
+    if not isinstance(model, dict) or model.get("digest") is None:
+        return None
+    try:
+        return model_ref.check_digest(model["digest"])
+    except model_ref.ModelRefError as exc:
+        raise SpecError(f"fingerprint.model.digest: {exc}") from None
 
 # How the two sides share processes (spec option "sides"; absent = "paired"):
 # - "paired": both sides in every process, rounds alternating (benchmarks.timing.time_paired).

@@ -19,6 +19,8 @@ torch is imported inside the command, so `speedwatch --help` stays fast.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +34,30 @@ from benchmarks.matrix import (
     render_table,
     run_matrix,
 )
+from benchmarks.model_ref import BUILTIN_MODELS
+
+MODEL_FORMS = ("a built-in model (" + ", ".join(BUILTIN_MODELS) + "), package.module:factory "
+               "(importable here: the current directory, PYTHONPATH or SPEEDWATCH_MODEL_PATH), "
+               "torchvision:NAME, timm:NAME or file:PATH.pt2 (a torch.export archive)")
+
+
+def local_models(models: str) -> str:
+    """`file:` paths made absolute: the children that measure may run elsewhere (another
+    working directory), and a relative path would mean the model path there."""
+    out = []
+    for item in (v.strip() for v in models.split(",")):
+        if item.startswith("file:") and not item.startswith("file:/"):
+            item = "file:" + str(Path(item.removeprefix("file:")).absolute())
+        out.append(item)
+    return ",".join(out)
 
 
 def register(cli: typer.Typer) -> None:
     @cli.command("bench")
     def bench(
-        model: str = typer.Option("resnet50", help="Models, comma-separated."),
+        model: str = typer.Option(
+            "resnet50", help="Models, comma-separated: " + MODEL_FORMS + ". A relative "
+            "file: path is taken from the current directory."),
         backend: str = typer.Option("onnxruntime", help="Backends, comma-separated."),
         weights: str = typer.Option("constant", help="constant, tensor, refit (comma list)."),
         precision: str = typer.Option("fp32", help="fp32, fp16, bf16 (comma list)."),
@@ -125,7 +145,7 @@ def register(cli: typer.Typer) -> None:
             base = BenchSpec(device=device, width=width, image_size=image_size,
                              num_classes=num_classes, seed=seed, options=options,
                              timing=policy)
-            specs = build_matrix(models=model, backends=backend, weights=weights,
+            specs = build_matrix(models=local_models(model), backends=backend, weights=weights,
                                  precisions=precision, batches=batch, shapes=shape, base=base)
             if json_out is not None and json_out.parent and not json_out.parent.is_dir():
                 raise BadInput(f"--json: directory {str(json_out.parent)!r} does not exist")
@@ -133,6 +153,10 @@ def register(cli: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
 
+        if not isolate and os.getcwd() not in sys.path:
+            # a factory's package in the current directory imports as it does in the
+            # isolated children (`python -m` puts their working directory first)
+            sys.path.append(os.getcwd())
         results = run_matrix(specs, isolate=isolate, timeout_s=timeout, threshold=threshold)
 
         from rich.console import Console

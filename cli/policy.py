@@ -8,18 +8,31 @@ The server validates; a refusal is exit 2 with the server's one-line reason nami
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import typer
 
+from cli import project_file
 from cli.client import EXIT_ERROR, Api, ClientError
 
 policy_cli = typer.Typer(help="Read or change a project's detection policy.",
                          no_args_is_help=True)
 
-URL = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000")
-PROJECT = typer.Option(..., help="Project name.")
+URL = typer.Option(None, envvar="SPEEDWATCH_URL",
+                   help="Server, e.g. http://host:8000 (or `url` in the project file).")
+PROJECT = typer.Option(None, help="Project name (or `project` in the project file).")
+CONFIG = typer.Option(None, "--config", help="Project file (default: speedwatch.toml, or "
+                      "[tool.speedwatch] in pyproject.toml, here or in a parent).")
+
+
+def _from_file(config: Path | None, project: str | None,
+               url: str | None) -> tuple[project_file.ProjectFile, str, str]:
+    """The project file, and project and server from the flags or else from it."""
+    pf = project_file.load(config)
+    return (pf, project_file.required(pf.pick("project", project), "--project", "project"),
+            project_file.required(pf.pick("url", url), "--url", "url", "SPEEDWATCH_URL"))
 
 
 def register(cli: typer.Typer) -> None:
@@ -54,12 +67,17 @@ def _series_thresholds(pairs: list[str], current: dict[str, float]) -> dict[str,
 
 @policy_cli.command("show")
 def show(
-    project: str = PROJECT,
-    url: str = URL,
+    project: str | None = PROJECT,
+    url: str | None = URL,
     token: str | None = typer.Option(None, envvar="SPEEDWATCH_TOKEN",
                                      help="A read token (unless the server has public reads)."),
+    config: Path | None = CONFIG,
 ) -> None:
     """Print the project's policy as JSON (the defaults if it has none of its own)."""
+    try:
+        _, project, url = _from_file(config, project, url)
+    except project_file.ProjectFileError as exc:
+        raise _fail(str(exc)) from None
     api = Api(url, token)
     try:
         typer.echo(json.dumps(api._call("GET", _path(project)), indent=2))
@@ -71,8 +89,8 @@ def show(
 
 @policy_cli.command("set")
 def set_policy(
-    project: str = PROJECT,
-    url: str = URL,
+    project: str | None = PROJECT,
+    url: str | None = URL,
     token: str = typer.Option(..., envvar="SPEEDWATCH_TOKEN", help="A token with admin scope."),
     baseline: str | None = typer.Option(None, help="previous, pinned or window."),
     pinned_run: int | None = typer.Option(None, help="The run id a pinned baseline uses."),
@@ -81,8 +99,19 @@ def set_policy(
     series_threshold: list[str] | None = typer.Option(
         None, "--series-threshold",
         help="SERIES_KEY=VALUE (repeatable); SERIES_KEY= removes the series' own threshold."),
+    config: Path | None = CONFIG,
 ) -> None:
-    """Change the options given, keep the rest; print the stored policy."""
+    """Change the options given, keep the rest; print the stored policy. The project
+    file's [thresholds] apply where no flag is given."""
+    try:
+        pf, project, url = _from_file(config, project, url)
+    except project_file.ProjectFileError as exc:
+        raise _fail(str(exc)) from None
+    if threshold is None:
+        threshold = pf.contents.thresholds.threshold
+    if not series_threshold and pf.contents.thresholds.series:
+        series_threshold = [f"{key}={value}"
+                            for key, value in pf.contents.thresholds.series.items()]
     api = Api(url, token)
     try:
         try:

@@ -20,6 +20,7 @@ from typing import Any
 
 import typer
 
+from cli import project_file
 from cli.client import (
     EXIT_ERROR,
     EXIT_PASS,
@@ -125,9 +126,11 @@ SUBMIT_FLAGS = {
 
 
 def _model_help() -> str:
-    from benchmarks.spec import MODELS
+    from benchmarks.model_ref import FORMS_HELP
 
-    return f"Models (repeat or comma-separate): {', '.join(MODELS)}."
+    return (f"Models (repeat or comma-separate): {FORMS_HELP} (a factory's package must be "
+            "one the server lists in SPEEDWATCH_MODEL_PACKAGES; a file is relative to the "
+            "worker's SPEEDWATCH_MODEL_PATH).")
 
 
 def _fail(message: str) -> typer.Exit:
@@ -138,11 +141,21 @@ def _fail(message: str) -> typer.Exit:
 # ---- speedwatch submit ---------------------------------------------------------------------
 
 def submit(
-    url: str = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000"),
+    url: str | None = typer.Option(None, envvar="SPEEDWATCH_URL",
+                                   help="Server, e.g. http://host:8000 (or `url` in the "
+                                   "project file)."),
     token: str = typer.Option(..., envvar="SPEEDWATCH_TOKEN", help="Token with the ci scope."),
-    project: str = typer.Option(..., help="Project name (created on first use)."),
-    revision: str = typer.Option(..., help="Commit or version string under test."),
-    branch: str | None = typer.Option(None, help="Branch label."),
+    project: str | None = typer.Option(None, help="Project name (created on first use; or "
+                                       "`project` in the project file)."),
+    revision: str | None = typer.Option(
+        None, help="Commit or version string under test (default: the CI's commit variable "
+        "such as GITHUB_SHA or CI_COMMIT_SHA, else git rev-parse HEAD)."),
+    branch: str | None = typer.Option(None, help="Branch label (default: the CI's branch "
+                                      "variable, else git's current branch)."),
+    config: Path | None = typer.Option(
+        None, "--config", help="Project file (default: speedwatch.toml, or [tool.speedwatch] "
+        "in pyproject.toml, here or in the nearest parent up to the repository's root); "
+        "flags override it."),
     pin: list[str] | None = typer.Option(
         None, "--pin", help="name==version to test (repeatable), e.g. onnxruntime==1.22.0."
     ),
@@ -155,7 +168,8 @@ def submit(
     precision: list[str] | None = typer.Option(None, help="fp32, fp16, bf16."),
     batch: list[str] | None = typer.Option(None, help="Batch sizes, e.g. 1,8."),
     shape_mode: list[str] | None = typer.Option(None, help="static, dynamic."),
-    device: str = typer.Option("cpu", help='"cpu", "cuda" or a GPU class the server routes.'),
+    device: str | None = typer.Option(None, help='"cpu" (default), "cuda" or a GPU class the '
+                                      'server routes.'),
     image_size: int | None = typer.Option(None, help="Input image size (default 224)."),
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
     threads: int | None = typer.Option(
@@ -200,7 +214,36 @@ def submit(
         None, "--json", help="With --wait: write the finished run as JSON."),
 ) -> None:
     """Trigger a benchmark run; with --wait, exit 0 on pass, 1 on regression, 2 on error,
-    3 when inconclusive (not decided within the timing budget)."""
+    3 when inconclusive (not decided within the timing budget). Options not given come
+    from the project file (speedwatch.toml), if there is one."""
+    try:  # the project file fills what no flag gave (cli.project_file)
+        pf = project_file.load(config)
+        url = project_file.required(pf.pick("url", url), "--url", "url", "SPEEDWATCH_URL")
+        project = project_file.required(pf.pick("project", project), "--project", "project")
+        revision, branch = (project_file.revision(revision, pf.root),
+                            project_file.branch(branch, pf.root))
+        pin, interpreter = pf.environment(pin, interpreter)
+        model, backend, weights, precision, batch, shape_mode = (
+            pf.pick(f"matrix.{key}", given) for key, given in (
+                ("models", model), ("backends", backend), ("weights", weights),
+                ("precisions", precision), ("batch_sizes", batch),
+                ("shape_modes", shape_mode)))
+        device = pf.pick("matrix.device", device) or "cpu"
+        image_size, width, threads, sides = (
+            pf.pick(f"matrix.{key}", given) for key, given in (
+                ("image_size", image_size), ("width", width), ("threads", threads),
+                ("sides", sides)))
+        rounds, iters_per_round, warmup, cuda_graphs, max_seconds, processes, \
+            max_processes, budget, target_half_width = (
+                pf.pick(f"timing.{key}", given) for key, given in (
+                    ("rounds", rounds), ("iters_per_round", iters_per_round),
+                    ("warmup_iters", warmup), ("cuda_graphs", cuda_graphs),
+                    ("max_seconds", max_seconds), ("processes", processes),
+                    ("max_processes", max_processes), ("budget_seconds", budget),
+                    ("target_half_width", target_half_width)))
+        project_file.warn_about_thresholds(pf, url, token, project)
+    except project_file.ProjectFileError as exc:
+        raise _fail(str(exc)) from None
     if (summary or junit or json_out) and not wait:
         raise _fail("--summary, --junit and --json need --wait (they report the verdict)")
     try:

@@ -112,6 +112,12 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
                 outcomes[cell_id] = "already-finished"
                 continue
             env = _cell_environment(session, cell_id)
+        refusal = model_refusal(spec.model, settings)
+        if refusal is not None:  # the API checked it too; this worker's list is the one
+            _fail(cell_id, refusal, settings)
+            outcomes[cell_id] = "failed"
+            _finish_runs([env.run_id], settings)
+            continue
         try:
             python = resolve_python(env.pins, env.interpreter, settings)
         except SoftTimeLimitExceeded:
@@ -135,7 +141,7 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
     measurements = [
         AdaptiveMeasurement(
             c.spec, python=c.python, timeout_s=float(settings.cell_timeout_seconds),
-            reference_for=_reference_for(c.cell_id, settings))
+            env=model_env(settings), reference_for=_reference_for(c.cell_id, settings))
         for c in claimed]
     live = {c.cell_id for c in claimed}
     # A worker pinned to one GPU measures alone on it, or does not store the figure.
@@ -239,6 +245,22 @@ def _reference(cell_id: int, series_key: str, settings: Settings) -> Any:
 
     with session_scope(settings) as session:
         return decision_reference(session, cell_id, series_key)
+
+
+def model_refusal(model: str, settings: Settings) -> str | None:
+    """Why this worker does not build the cell's model, as the cell's reason, or None
+    (app.environment_policy.model_refusal, against this worker's own settings)."""
+    from app.environment_policy import model_refusal as refusal_of
+
+    why = refusal_of(model, settings.model_packages)
+    return None if why is None else f"model {model}: {why}"
+
+
+def model_env(settings: Settings) -> dict[str, str]:
+    """The environment a cell's children get beyond the worker's own: the model path the
+    settings hold (benchmarks.own_models reads it), even when it differs from this
+    process's variable (settings built in code, the local executor's)."""
+    return {"SPEEDWATCH_MODEL_PATH": settings.model_path}
 
 
 def resolve_python(

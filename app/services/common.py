@@ -18,7 +18,7 @@ from app.errors import InvalidRequest
 from app.models import Base, Environment, Project, Series
 from app.schemas import EnvironmentIn
 from benchmarks.result import BenchResult
-from benchmarks.spec import BenchSpec, SpecError, parse_series_key
+from benchmarks.spec import BenchSpec, SpecError, model_digest_of, parse_series_key
 
 M = TypeVar("M", bound=Base)
 
@@ -126,7 +126,13 @@ def check_result_document(result: BenchResult, field: str = "result") -> tuple[B
         device_class = str(parse_series_key(result.series_key)["device_class"])
     if not isinstance(device_class, str) or not device_class:
         raise InvalidRequest(f"{field}.fingerprint.device_class", "must be a non-empty string")
-    expected = spec.series_key(device_class, result.timing_mode())
+    try:
+        # A model of the user's is named in the key with the digest the worker computed.
+        digest = model_digest_of(result.fingerprint)
+    except SpecError as exc:
+        raise InvalidRequest(f"{field}.fingerprint.model.digest",
+                             str(exc).removeprefix("fingerprint.model.digest: ")) from None
+    expected = spec.series_key(device_class, result.timing_mode(), model_digest=digest)
     if result.series_key != expected:
         raise InvalidRequest(
             f"{field}.series_key",

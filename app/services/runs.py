@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, load_only
 
 from app import ports
 from app.config import Settings, get_settings
+from app.environment_policy import model_refusal
 from app.errors import DATABASE_ERRORS, Conflict, InvalidRequest, NotFound
 from app.models import CELL_TERMINAL, Cell, Project, Result, Run
 from app.schemas import MatrixIn, RunCreate
@@ -102,6 +103,10 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
     if options:
         base = replace(base, options=options)
 
+    for i, model in enumerate(matrix.models):
+        refusal = model_refusal(model, settings.model_packages)
+        if refusal is not None:
+            raise InvalidRequest(f"matrix.models[{i}]", refusal)
     axes = [
         _unique(matrix.models),
         _unique(matrix.backends),
@@ -130,6 +135,8 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
             if str(exc).startswith("weights: 'refit'"):
                 continue  # a combination that does not exist, not a mistake in the request
             raise InvalidRequest(f"matrix.{str(exc).split(':', 1)[0]}", str(exc)) from None
+        # A model of the user's is keyed without its fingerprint until the worker has
+        # built it; the result's key (with it) replaces this one (store_result).
         planned.append(
             PlannedCell(spec, spec_hash(spec), queue, spec.series_key(matrix.device))
         )

@@ -13,10 +13,12 @@ between variants compile each one in its own process (the runner's isolation mod
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from benchmarks import model_ref
 from benchmarks.backends.base import BackendUnavailable, Compiled
 
 if TYPE_CHECKING:
@@ -99,8 +101,17 @@ class InductorBackend:
         # Freezing needs inference mode (no autograd state to keep the parameters alive as
         # tensors), and dynamo guards on grad mode: the first call here and every timed call
         # both run under inference_mode so the timed calls hit the graph compiled here.
-        with torch.inference_mode():
-            compiled(example)
+        try:
+            with torch.inference_mode():
+                compiled(example)
+        except Exception as exc:
+            op = untraceable_op(exc)
+            if op is None or model_ref.parse(spec.model, allow_absolute=True).builtin:
+                raise
+            # A model of the user's with an op dynamo cannot trace: a property of the model.
+            raise BackendUnavailable(
+                f"torch.compile cannot trace op {op} of model {spec.model}: it has no fake "
+                "(meta) implementation; register one with register_fake") from exc
 
         graph_breaks = sum(counters["graph_break"].values())
         evidence: dict[str, Any] = {
@@ -121,6 +132,18 @@ class InductorBackend:
             cuda_graph_safe=not uses_cudagraphs,
             versions={},
         )
+
+
+def untraceable_op(exc: BaseException) -> str | None:
+    """The custom op an error of torch.compile says it could not trace for want of a fake
+    (meta) implementation, or None when the error is another one. Dynamo says so in prose
+    only ("There was no fake impl registered for <CustomOpDef(ns::op)>")."""
+    text = "\n".join(str(e) for e in (exc, exc.__cause__, exc.__context__) if e is not None)
+    match = re.search(r"no fake impl registered for <CustomOpDef\((\S+?)\)>", text)
+    if match:
+        return match.group(1)
+    match = re.search(r"call_function (\w+)\.(\w+)\.\w+\(.*no fake impl", text, re.DOTALL)
+    return f"{match.group(1)}::{match.group(2)}" if match else None
 
 
 def _inference_mode_call(

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks import model_ref
 from benchmarks.backends.base import BackendUnavailable, Compiled
 from benchmarks.onnx_weights import domain_counts, node_counts, weights_to_inputs
 
@@ -151,12 +152,24 @@ def _export(
                 raise BackendUnavailable(
                     f"custom op {op} has no ONNX symbolic; ONNX Runtime cannot run this model"
                 ) from exc
-            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            errors.append(f"{exporter}: {type(exc).__name__}: {first_line[:300]}")
+            root = _root_cause(exc)
+            first_line = (str(root).strip().splitlines() or [type(root).__name__])[0]
+            errors.append(f"{exporter}: {type(root).__name__}: {first_line[:300]}")
             if op is not None and len(order) == 1:
                 raise BackendUnavailable(f"{op} has no ONNX translation ({exporter} "
                                          f"exporter, opset {used_opset})") from exc
     raise OnnxExportError("ONNX export failed: " + " | ".join(errors))
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost cause of an export error: the dynamo exporter's own first line is
+    "Failed to convert the exported program..." and the op it could not translate is
+    named three causes down ("No ONNX function found for <OpOverload(op=...)>")."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
 
 
 def _fold_constants_only(program: Any) -> None:
@@ -232,7 +245,16 @@ class OnnxRuntimeBackend:
         workdir.mkdir(parents=True, exist_ok=True)
         try:
             exported_path = workdir / "model.onnx"
-            exporter, opset = _export(model, example, exported_path, spec)
+            try:
+                exporter, opset = _export(model, example, exported_path, spec)
+            except OnnxExportError as exc:
+                if model_ref.parse(spec.model, allow_absolute=True).builtin:
+                    raise  # the built-in models export: failing to is a finding
+                # A model of the user's that no exporter takes is a property of the model
+                # (data-dependent control flow, an op without a translation): skipped.
+                why = re.sub(r"\x1b\[[0-9;]*m", "", str(exc).removeprefix("ONNX export failed: "))
+                raise BackendUnavailable(
+                    f"model {spec.model} cannot be exported to ONNX ({why})") from exc
             exported = onnx.load(str(exported_path))
             exported_counts = node_counts(exported)
 
