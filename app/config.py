@@ -102,6 +102,11 @@ class Settings(BaseSettings):
     # True: GET endpoints answer without a token; False: they need a token with `read` scope.
     public_reads: bool = True
     max_matrix_cells: int = Field(default=256, ge=1)
+    # A sweep triggers one run per release in its range (each builds a venv and measures
+    # for a minute or more); a request may ask for fewer, never more.
+    sweep_max_versions: int = Field(default=40, ge=1, le=1000)
+    # A bisect measures one run per step, the good and bad environments included.
+    bisect_max_steps: int = Field(default=16, ge=2, le=1000)
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     # Database connection behaviour: an unreachable or stuck database must become a 503
     # within seconds, not a request that hangs until the client gives up.

@@ -12,6 +12,9 @@ marker: a narrow language accepted, instead of every dangerous one recognised.
 A named interpreter is checked where it runs: only a worker knows which interpreters it
 has (`settings.interpreters`), so `named_interpreter` is the worker's check.
 
+Release order (`release_order`, `releases_between`) is PEP 440's, as pip's: a sweep's
+versions and a bisect's range are read from the package index and ordered here.
+
 Plain functions of their arguments: no store, no settings lookup, no process started.
 """
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+
+from packaging.version import InvalidVersion, Version
 
 MAX_PINS = 32
 MAX_PIN_LENGTH = 120
@@ -116,3 +121,38 @@ def named_interpreter(
     if pins:
         raise InterpreterError("an environment is either pins or an interpreter")
     return interpreters[interpreter]
+
+
+# ---- release order ------------------------------------------------------------------------
+
+def parse_version(version: str) -> Version:
+    """The version as PEP 440 orders it; PinError if it is not one a pin may name."""
+    if not isinstance(version, str) or PIN_RE.fullmatch(f"x=={version}") is None:
+        raise PinError(f"{version!r} is not a plain release version such as 1.22.0")
+    try:
+        return Version(version)
+    except InvalidVersion:
+        raise PinError(f"{version!r} is not a PEP 440 version") from None
+
+
+def release_order(versions: Iterable[str], *, pre: bool = False) -> list[str]:
+    """The versions oldest first, duplicates and anything a pin could not name left out;
+    pre-releases and dev releases only if `pre`."""
+    seen: dict[Version, str] = {}
+    for text in versions:
+        try:
+            parsed = parse_version(text)
+        except PinError:
+            continue
+        if (parsed.is_prerelease or parsed.is_devrelease) and not pre:
+            continue
+        seen.setdefault(parsed, text)
+    return [seen[v] for v in sorted(seen)]
+
+
+def releases_between(versions: Iterable[str], low: str, high: str, *,
+                     pre: bool = False) -> list[str]:
+    """The versions from `low` to `high` (both included, in whichever order they are
+    given), oldest first; PinError if either bound is not a version."""
+    a, b = sorted((parse_version(low), parse_version(high)))
+    return [v for v in release_order(versions, pre=pre) if a <= Version(v) <= b]

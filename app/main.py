@@ -26,6 +26,7 @@ from app.api.routes import (
     results,
     runs,
     series,
+    sweeps,
     tokens,
     workers,
 )
@@ -73,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens,
-                   projects, workers):
+                   projects, workers, sweeps):
         app.include_router(module.router)
     app.include_router(dashboard.router)  # the web pages, at / (issue 5)
     return app

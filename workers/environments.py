@@ -46,8 +46,13 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.environment_policy import validate_pins
+from app.ports import PackageIndexError
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +226,52 @@ def _build(venv: Path, pins: list[str], *, timeout_s: float) -> None:
                 f"{pin}: the environment has {name} {versions.get(name, 'missing')} instead"
             )
     (venv / "installed.json").write_text(json.dumps(versions, indent=1, sort_keys=True))
+
+
+# ---- the package index (app.ports.PackageIndex) --------------------------------------------
+
+INDEX_TIMEOUT_S = 120.0
+_AVAILABLE = "Available versions:"
+
+
+def index_versions(package: str, *, pre: bool = False,
+                   timeout_s: float = INDEX_TIMEOUT_S) -> list[str]:
+    """The versions of `package` pip can install here as a wheel, as pip lists them.
+
+    `pip index versions` reads pip's own configuration (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL,
+    PIP_FIND_LINKS, PIP_NO_INDEX, pip.conf), so a private mirror or a wheel directory is
+    read as the environment builds will read it; `--only-binary=:all:` keeps out releases
+    with no wheel for this interpreter and platform, which `_build` could not install.
+    The name was validated by the caller (an allowlisted PEP 503 name, no option).
+    """
+    argv = [sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check",
+            "--no-input", "--only-binary=:all:"]
+    if pre:
+        argv.append("--pre")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    try:
+        proc = subprocess.run([*argv, "--", package], capture_output=True, text=True,
+                              timeout=timeout_s, env=env, check=False,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise PackageIndexError(f"pip index versions {package}: no answer within "
+                                f"{timeout_s:.0f} s") from None
+    for line in proc.stdout.splitlines():
+        if line.startswith(_AVAILABLE):
+            return [v.strip() for v in line[len(_AVAILABLE):].split(",") if v.strip()]
+    if "No matching distribution found" in proc.stderr:
+        return []
+    errors = [line for line in proc.stderr.splitlines()
+              if line.strip() and not line.startswith("WARNING:")]
+    raise PackageIndexError(f"pip index versions {package} failed (exit {proc.returncode}): "
+                            f"{_tail(chr(10).join(errors) or proc.stderr, 300)}")
+
+
+class PipPackageIndex:
+    """app.ports.PackageIndex: pip's configured index, read by `index_versions`."""
+
+    def versions(self, package: str, *, pre: bool, settings: Settings) -> list[str]:
+        return index_versions(package, pre=pre)
 
 
 def _site_packages(python: Path) -> Path:

@@ -388,6 +388,8 @@ def store_result(
         # A re-measure for a confirmation: a real result, but no point of its series.
         row.confirms_result_id = session.scalar(
             select(Result.id).where(Result.cell_id == run.confirms_cell_id))
+    # A sweep's measurement of another release: no point of its series either.
+    row.sweep_id = run.sweep_id
     session.add(row)
     env = run.environment
     merged = {**(env.installed or {}), **row.installed_versions}
@@ -490,6 +492,7 @@ def finish_run_if_complete(
     as it does the callers of its own cells.
     """
     from app.services.confirmation import confirmation_pending, forget_pending
+    from app.services.sweep_progress import forget_pending as forget_sweep_steps
 
     settings = settings or get_settings()
     run = _lock_run(session, run_id)
@@ -516,6 +519,7 @@ def finish_run_if_complete(
         # again once its last cell is stored. It ends with verdict "error" and the reason.
         log.exception("judging run %s failed", run_id)
         forget_pending(session)  # confirmations it asked for were rolled back with it
+        forget_sweep_steps(session)  # so was a bisect's next step
         run.verdict = "error"
         run.reasons = [f"the verdict could not be computed ({type(exc).__name__}: "
                        f"{_short(exc)}); the results are stored"]
@@ -545,8 +549,15 @@ def on_run_finished(session: Session, run_id: int, settings: Settings | None = N
     notification never announces something a rollback took back.
     """
     from app.services.detection import judge_run
+    from app.services.sweep_progress import sweep_run_finished
     from app.services.webhooks import record_deliveries
 
+    run = session.get(Run, run_id)
+    if run is not None and run.kind == "sweep":
+        # A sweep's or bisect's measurement of another release: no baseline, no regression;
+        # its sweep takes its next step instead.
+        sweep_run_finished(session, run, settings or get_settings())
+        return
     events = judge_run(session, run_id, settings)
     if events:
         record_deliveries(session, [(e.regression_id, e.event) for e in events])
