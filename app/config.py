@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     # Named interpreters a worker may run cells in: {"trt-2.7": "/opt/trt27/bin/python"}.
     interpreters: dict[str, str] = Field(default_factory=dict)
     venv_cache_dir: Path = Path("./var/venvs")
+    # Disk budget of the cached environments of one worker host: after a build, the least
+    # recently used are deleted until the cache fits (never one a cell is measuring in).
+    # 0: no budget. An onnxruntime environment here is about 100 MB; one that had to
+    # install its own torch, several GB.
+    venv_cache_max_bytes: int = Field(default=20 * 1024**3, ge=0)
     cell_timeout_seconds: int = Field(default=1800, ge=10)
     reconcile_after_seconds: int = Field(default=3600, ge=10)
     # Ingested results are judged after the response, coalesced per run over this window:

@@ -90,6 +90,7 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
     from app.services.runs import claim_cell, finish_run_if_complete
     from benchmarks.isolation import AdaptiveMeasurement, run_adaptive_interleaved
     from workers.confirm import _heartbeat, execute_confirmation
+    from workers.environments import in_use
 
     settings = settings or get_settings()
     outcomes: dict[int, str] = {}
@@ -144,9 +145,10 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
         outcomes[c.cell_id] = _store(c, result, settings)
 
     try:
-        run_adaptive_interleaved(
-            measurements, after_each=lambda _i: _heartbeat(tuple(sorted(live)), settings),
-            on_done=stored)
+        with in_use(c.python for c in claimed):  # no eviction while they measure
+            run_adaptive_interleaved(
+                measurements, after_each=lambda _i: _heartbeat(tuple(sorted(live)), settings),
+                on_done=stored)
     except SoftTimeLimitExceeded:
         for cell_id in sorted(live):
             _fail(cell_id, "task time limit reached (environment build or benchmark too slow)",
@@ -219,7 +221,8 @@ def resolve_python(
         except InterpreterError as exc:  # a cell's reason names the build step that refused
             raise EnvironmentBuildError(str(exc)) from None
     return materialize(pins, allowlist=settings.env_allowlist,
-                       cache_dir=settings.venv_cache_dir)
+                       cache_dir=settings.venv_cache_dir,
+                       max_bytes=settings.venv_cache_max_bytes)
 
 
 def _run_of(session: Any, cell_id: int) -> int | None:
@@ -244,12 +247,15 @@ def _cell_environment(session: Any, cell_id: int) -> CellEnvironment:
 def _annotate(result: Any, env: CellEnvironment, python: str) -> None:
     """Store what the cell asked for beside what the child found installed."""
     from app.environment_policy import normalize_name
-    from workers.environments import installed_versions
+    from workers.environments import build_record, installed_versions
 
     fingerprint = result.fingerprint
     fingerprint["environment"] = {
         "requested": env.pins, "interpreter": env.interpreter, "python": python,
     }
+    build = build_record(python)
+    if build is not None:
+        fingerprint["environment"]["build"] = build
     if env.pins:
         installed = installed_versions(python)
         packages = dict(fingerprint.get("packages") or {})

@@ -397,6 +397,9 @@ def store_result(
         # Written only when it changes: the row is shared by every run of the environment,
         # and an UPDATE would hold its lock until this transaction commits.
         env.installed = merged
+    build = (row.fingerprint.get("environment") or {}).get("build")
+    if isinstance(build, dict) and build != env.build:
+        env.build = build  # the worker's last build of its venv (workers.environments)
     session.flush()
     return row
 
