@@ -62,6 +62,18 @@ class Api:
     def run(self, run_id: int) -> dict[str, Any]:
         return self._call("GET", f"/api/v1/runs/{run_id}")
 
+    def sweep(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/api/v1/sweeps", json=body)
+
+    def bisect(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/api/v1/bisects", json=body)
+
+    def get_sweep(self, sweep_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/api/v1/sweeps/{sweep_id}")
+
+    def cancel_sweep(self, sweep_id: int) -> dict[str, Any]:
+        return self._call("POST", f"/api/v1/sweeps/{sweep_id}/cancel")
+
 
 def _error_text(response: Any) -> str:
     try:

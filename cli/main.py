@@ -8,13 +8,14 @@
 | cli.detect    | detect                                    |
 | cli.worker    | worker, beat                              |
 | cli.bench     | bench                                     |
+| cli.sweep     | sweep, bisect, cancel                     |
 """
 
 from __future__ import annotations
 
 import typer
 
-from cli import bench, detect, policy, service, submit, worker
+from cli import bench, detect, policy, service, submit, sweep, worker
 
 cli = typer.Typer(
     name="speedwatch",
@@ -25,7 +26,7 @@ cli = typer.Typer(
 )
 
 # Each module exposes `register(cli: typer.Typer) -> None`; the order is the help's order.
-for _group in (bench, service, submit, worker, detect, policy):
+for _group in (bench, service, submit, sweep, worker, detect, policy):
     _group.register(cli)
 
 
