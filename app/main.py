@@ -19,6 +19,7 @@ from sqlalchemy.orm import sessionmaker
 from app.api.middleware import BodySizeLimitMiddleware, Metrics, MetricsMiddleware
 from app.api.routes import (
     compare,
+    environments,
     health,
     metrics,
     projects,
@@ -74,7 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens,
-                   projects, workers, sweeps):
+                   projects, workers, sweeps, environments):
         app.include_router(module.router)
     app.include_router(dashboard.router)  # the web pages, at / (issue 5)
     return app

@@ -260,6 +260,29 @@ class EnvironmentPublic(PublicModel):
     installed: dict[str, str]
 
 
+class EnvironmentBuildPublic(BaseModel):
+    """The last build of an environment's cached venv that a worker reported."""
+
+    host: str | None = None
+    seconds: float | None = Field(default=None, description="venv + pip install + checks")
+    size_bytes: int | None = Field(default=None, description="the venv on disk")
+    built_at: str | None = None
+    venv_packages: dict[str, str] = Field(
+        default_factory=dict, description="what pip installed into the venv: the pins and "
+        "the companions they needed beyond the worker's own packages")
+
+
+class EnvironmentDetailPublic(EnvironmentPublic):
+    runs: int = Field(description="runs (of the projects you may read) that used it")
+    build: EnvironmentBuildPublic | None = Field(
+        description="null: no build reported yet")
+
+
+class EnvironmentListPublic(BaseModel):
+    items: list[EnvironmentDetailPublic]
+    next_cursor: int | None = Field(description="pass as `cursor` for the next page")
+
+
 class ProgressPublic(BaseModel):
     total: int = 0
     queued: int = 0

@@ -203,13 +203,27 @@ def _from_regression(session: Session, request: BisectCreate, settings: Settings
     base = _versions_of(list(good_run.environment.pins or []))
     base.update({n: versions[0] for n, versions in differing.items()})
     threshold = regression.threshold
-    if cell.queue not in settings.queue_names():
-        raise InvalidRequest(field, f"its cell ran on queue {cell.queue!r}, which this server "
-                             "no longer has")
-    plan = [{"spec": cell.spec, "spec_hash": cell.spec_hash, "queue": cell.queue,
+    plan = [{"spec": cell.spec, "spec_hash": cell.spec_hash,
+             "queue": _queue_of(cell, regression.series.device_class, settings),
              "series_key": cell.series_key}]
     return _Endpoints(base, differing, plan, threshold, dict(bad_run.matrix or {}),
                       regression.id, notes)
+
+
+def _queue_of(cell: Cell, device_class: str, settings: Settings) -> str:
+    """Where the regressed cell is measured again: its own queue, or for a result measured
+    elsewhere (ingested), the queue of its device class (any GPU's when the class has
+    none of its own)."""
+    if cell.queue in settings.queue_names():
+        return cell.queue
+    if cell.spec.get("device") == "cpu":
+        return settings.cpu_queue
+    for device in (device_class, "cuda"):
+        try:
+            return settings.queue_for_device(device)
+        except KeyError:
+            continue
+    raise InvalidRequest("regression_id", f"no queue of this server measures {device_class}")
 
 
 def _from_environments(session: Session, request: BisectCreate,
