@@ -150,7 +150,8 @@ def test_cancelling_takes_no_further_step_and_fails_the_queued_one(local: Settin
             "cancelled by someone; so far: ")
         (step,) = sweep.state["steps"]
         assert step["outcome"] == "failed" and "cancelled" in step["sentence"]
-        cells = session.scalars(select(Cell).join(Run, Run.id == Cell.run_id).where(Run.sweep_id == sweep_id)).all()
+        cells = session.scalars(select(Cell).join(Run, Run.id == Cell.run_id)
+                                .where(Run.sweep_id == sweep_id)).all()
         assert [c.status for c in cells] == ["failed"]
 
 
