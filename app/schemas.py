@@ -274,6 +274,7 @@ class EnvironmentBuildPublic(BaseModel):
 
 class EnvironmentDetailPublic(EnvironmentPublic):
     runs: int = Field(description="runs (of the projects you may read) that used it")
+    projects: list[str] = Field(description="those runs' projects")
     build: EnvironmentBuildPublic | None = Field(
         description="null: no build reported yet")
 

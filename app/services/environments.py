@@ -7,19 +7,28 @@ to projects sees the environments its projects' runs used, and no others.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.models import Environment, Run
+from app.models import Environment, Project, Run
 from app.services.tokens import EVERY_PROJECT, ProjectAccess
+
+
+@dataclass(frozen=True)
+class UsedEnvironment:
+    environment: Environment
+    runs: int  # runs of the caller's projects that used it
+    projects: list[str]  # those projects
 
 
 def list_environments(
     session: Session, *, limit: int = 100, cursor: int | None = None,
     access: ProjectAccess = EVERY_PROJECT,
-) -> tuple[list[tuple[Environment, int]], int | None]:
-    """Environments with pins (the ones with a venv to build), newest first, each with the
-    number of runs (of the caller's projects) that used it; (page, next cursor)."""
+) -> tuple[list[UsedEnvironment], int | None]:
+    """Environments with pins (the ones with a venv to build) that runs of the caller's
+    projects used, newest first; (page, next cursor)."""
     used = access.restrict(select(Run.environment_id), Run.project_id).subquery()
     query = (select(Environment, func.count(used.c.environment_id))
              .join(used, used.c.environment_id == Environment.id)
@@ -27,6 +36,15 @@ def list_environments(
     if cursor is not None:
         query = query.where(Environment.id < cursor)
     rows = [(env, int(runs)) for env, runs in session.execute(
-        query.order_by(Environment.id.desc()).limit(limit + 1)).all() if env.pins]
+        query.order_by(Environment.id.desc()).limit(limit + 1)).all()]
     page = rows[:limit]
-    return page, (page[-1][0].id if len(rows) > limit else None)
+    names: dict[int, list[str]] = {env.id: [] for env, _ in page}
+    if names:
+        for env_id, name in session.execute(
+                access.restrict(select(Run.environment_id), Run.project_id)
+                .add_columns(Project.name).join(Project, Project.id == Run.project_id)
+                .where(Run.environment_id.in_(names)).distinct()
+                .order_by(Run.environment_id, Project.name)).all():
+            names[env_id].append(name)
+    return ([UsedEnvironment(env, runs, names[env.id]) for env, runs in page],
+            page[-1][0].id if len(rows) > limit else None)

@@ -8,18 +8,19 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import IdCursor, ReadAccess, SessionDep
 from app.api.presenters import error_responses
-from app.models import Environment
 from app.schemas import EnvironmentBuildPublic, EnvironmentDetailPublic, EnvironmentListPublic
 from app.services import environments as service
+from app.services.environments import UsedEnvironment
 
 router = APIRouter(prefix="/api/v1/environments", tags=["environments"])
 
 
-def environment_detail(env: Environment, runs: int) -> EnvironmentDetailPublic:
+def environment_detail(used: UsedEnvironment) -> EnvironmentDetailPublic:
+    env = used.environment
     build = env.build or None
     return EnvironmentDetailPublic(
         id=env.id, pins=list(env.pins or []), interpreter=env.interpreter,
-        installed=dict(env.installed or {}), runs=runs,
+        installed=dict(env.installed or {}), runs=used.runs, projects=used.projects,
         build=EnvironmentBuildPublic.model_validate(
             {k: build.get(k) for k in EnvironmentBuildPublic.model_fields if k in build})
         if build else None)
@@ -37,5 +38,5 @@ def list_environments(
     its own cache, with its own disk budget: SPEEDWATCH_VENV_CACHE_MAX_BYTES)."""
     page, next_cursor = service.list_environments(session, limit=limit, cursor=cursor,
                                                   access=access)
-    return EnvironmentListPublic(items=[environment_detail(e, n) for e, n in page],
+    return EnvironmentListPublic(items=[environment_detail(u) for u in page],
                                  next_cursor=next_cursor)
