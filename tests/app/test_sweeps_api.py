@@ -249,3 +249,33 @@ def test_the_cli_starts_a_bisect_and_cancels_it(server_url: str, ci_token: str) 
     cancelled = _cli(server_url, ci_token, "cancel", "1")
     assert cancelled.exit_code == 0, cancelled.output
     assert cancelled.output.startswith("bisect 1 cancelled: 0 runs done, 1 failed")
+
+
+def test_an_environments_build_is_shown_as_the_worker_reported_it(
+    api: TestClient, ci_token: str, local: Settings,
+) -> None:
+    """Build time, size and what pip put into the venv travel with each result
+    (fingerprint.environment.build) onto the environment."""
+    from app.services.runs import claim_cell, record_result
+    from benchmarks.spec import BenchSpec
+    from tests.app.detection_docs import measured
+
+    sweep = api.post("/api/v1/sweeps", json=sweep_body(to_version="1.0"),
+                     headers=bearer(ci_token)).json()
+    build = {"host": "worker-1", "seconds": 4.2, "size_bytes": 21_000_000,
+             "built_at": "2026-11-24T20:00:00+00:00",
+             "venv_packages": {PKG: "1.0", "numpy": "1.26.4"}}
+    with session_scope(local) as session:
+        cell = session.scalars(select(Cell).join(Run, Run.id == Cell.run_id)
+                               .where(Run.sweep_id == sweep["id"])).first()
+        assert cell is not None and claim_cell(session, cell.id) is not None
+        document = measured(2.0, spec=BenchSpec.from_dict(cell.spec))
+        document.fingerprint["environment"] = {"requested": [], "build": build}
+        assert record_result(session, cell.id, document) is not None
+
+    (env,) = api.get("/api/v1/environments", headers=bearer(ci_token)).json()["items"]
+    assert env["pins"] == ["numpy==1.26.4", f"{PKG}==1.0"]
+    assert env["build"] == build and env["runs"] == 1 and env["projects"] == [PROJECT]
+    page = api.get("/environments", cookies={"speedwatch_token": ci_token})
+    assert page.status_code == 200
+    assert "4.2 s" in page.text and "21.0 MB" in page.text and "numpy 1.26.4" in page.text

@@ -24,8 +24,10 @@ def _record_line(path: str, data: bytes) -> str:
     return f"{path},sha256={digest},{len(data)}"
 
 
-def write_wheel(directory: Path, name: str, version: str, slow_candidate: float) -> Path:
-    """One release of `name` (a py3-none-any wheel, installable by pip) in `directory`."""
+def write_wheel(directory: Path, name: str, version: str, slow_candidate: float = 0.0,
+                requires: Iterable[str] = ()) -> Path:
+    """One release of `name` (a py3-none-any wheel, installable by pip) in `directory`;
+    `requires` are its Requires-Dist lines (`swdep==2.0`)."""
     dist_info = f"{name}-{version}.dist-info"
     files = {
         f"{name}/__init__.py": (f'"""Test package: release {version}."""\n'
@@ -33,6 +35,7 @@ def write_wheel(directory: Path, name: str, version: str, slow_candidate: float)
                                 f"SLOW_CANDIDATE = {slow_candidate!r}\n").encode(),
         f"{dist_info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\n"
                                   f"Version: {version}\nSummary: speedwatch test package\n"
+                                  + "".join(f"Requires-Dist: {r}\n" for r in requires)
                                   ).encode(),
         f"{dist_info}/WHEEL": (b"Wheel-Version: 1.0\nGenerator: speedwatch-tests\n"
                                b"Root-Is-Purelib: true\nTag: py3-none-any\n"),
