@@ -105,3 +105,4 @@ def test_a_bisect_over_real_pip_installs_names_the_release_that_made_the_candida
             assert row.sweep_id == sweep_id  # a bisect's measurement, no series point
             run = session.get(Run, step["run_id"])
             assert run is not None and run.kind == "sweep"
+    print(f"\n{done.outcome}\n{story}")  # with -s: the steps, for the README
