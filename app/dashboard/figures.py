@@ -476,6 +476,7 @@ def bisect_figure(order: Sequence[str], steps: Sequence[tuple[VersionPoint, str,
                "gridcolor": "#eeeeee"},
         yaxis={"title": {"text": "speedup over eager (x), 95% CI"}, "gridcolor": "#eeeeee",
                "rangemode": "tozero"},
-        height=380,
+        height=400, margin={"l": 60, "r": 20, "t": 70, "b": 60},
+        legend={"orientation": "h", "y": 1.18, "x": 0},
     )
     return Chart({"data": data, "layout": layout})
