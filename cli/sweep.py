@@ -324,7 +324,8 @@ def cancel(
     url: str = URL,
     token: str = TOKEN,
 ) -> None:
-    """Cancel a sweep or bisect: no further run starts; one already measuring finishes."""
+    """Cancel a sweep or bisect: nothing more starts, and a cell measuring stops after its
+    current child process."""
     try:
         api = Api(url, token)
         try:
@@ -336,4 +337,5 @@ def cancel(
     p = sweep_.get("progress") or {}
     typer.echo(f"{sweep_['kind']} {sweep_id} cancelled: {p.get('done', 0)} runs done, "
                f"{p.get('failed', 0)} failed (those not started among them), "
-               f"{p.get('running', 0)} still measuring; {sweep_.get('outcome') or ''}")
+               f"{p.get('running', 0)} stopping after their current process; "
+               f"{sweep_.get('outcome') or ''}")

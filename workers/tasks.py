@@ -138,17 +138,22 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
             reference_for=_reference_for(c.cell_id, settings))
         for c in claimed]
     live = {c.cell_id for c in claimed}
+    index = {c.cell_id: i for i, c in enumerate(claimed)}
 
     def stored(i: int, result: BenchResult) -> None:
         c = claimed[i]
         live.discard(c.cell_id)
         outcomes[c.cell_id] = _store(c, result, settings)
 
+    def after_each(_i: int) -> None:
+        _heartbeat(tuple(sorted(live)), settings)
+        for cell_id, sweep_id in _cancelled(sorted(live), settings).items():
+            measurements[index[cell_id]].cancel(f"cancelled: sweep {sweep_id} was cancelled "
+                                                "while this cell was measuring")
+
     try:
         with in_use(c.python for c in claimed):  # no eviction while they measure
-            run_adaptive_interleaved(
-                measurements, after_each=lambda _i: _heartbeat(tuple(sorted(live)), settings),
-                on_done=stored)
+            run_adaptive_interleaved(measurements, after_each=after_each, on_done=stored)
     except SoftTimeLimitExceeded:
         for cell_id in sorted(live):
             _fail(cell_id, "task time limit reached (environment build or benchmark too slow)",
@@ -162,6 +167,20 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
     finally:
         _finish_runs([c.env.run_id for c in claimed], settings)
     return outcomes
+
+
+def _cancelled(cell_ids: list[int], settings: Settings) -> dict[int, int]:
+    """Cells of a cancelled sweep among `cell_ids` (never raises: a lookup that fails
+    cancels nothing, the cells go on measuring)."""
+    from app.db import session_scope
+    from app.services.sweep_progress import cancelled_cells
+
+    try:
+        with session_scope(settings) as session:
+            return cancelled_cells(session, cell_ids)
+    except Exception as exc:
+        log.warning("could not check cells %s for a cancelled sweep: %s", cell_ids, exc)
+        return {}
 
 
 def _store(claimed: _Claimed, result: BenchResult, settings: Settings) -> str:

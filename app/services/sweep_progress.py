@@ -167,6 +167,17 @@ def _speedup_text(row: Result) -> str:
     return f"{row.speedup:.3f}x [{row.ci_low:.3f}, {row.ci_high:.3f}]"
 
 
+def cancelled_cells(session: Session, cell_ids: list[int]) -> dict[int, int]:
+    """Of these cells, those whose sweep was cancelled: cell id -> sweep id. A worker asks
+    after each child process, so a cancel stops cells already measuring too."""
+    if not cell_ids:
+        return {}
+    return {cell_id: sweep_id for cell_id, sweep_id in session.execute(
+        select(Cell.id, Sweep.id).join(Run, Run.id == Cell.run_id)
+        .join(Sweep, Sweep.id == Run.sweep_id)
+        .where(Cell.id.in_(cell_ids), Sweep.status == "cancelled")).all()}
+
+
 # ---- the reference a sweep's measurement decides against ----------------------------------
 
 def step_reference(session: Session, run: Run) -> Reference:

@@ -11,8 +11,9 @@ A bisect starts from a confirmed regression (its baseline result is the good env
 the result that opened it the bad one) or from two environments named in the request, and
 measures one run at a time (app.services.sweep_progress decides each next step).
 
-Cancelling stops what has not started: the sweep takes no further step, its queued cells
-fail with the reason "cancelled"; a cell already measuring finishes and is stored.
+Cancelling stops it: the sweep takes no further step, its queued cells fail with the
+reason "cancelled", and a cell already measuring stops after its current child process
+(the worker asks after each one, workers.tasks) and fails with that reason too.
 
 Creating reads the package index once per package (a subprocess of pip's); flushes, never
 commits.
@@ -462,7 +463,7 @@ def cancel_sweep(session: Session, sweep_id: int, by: str,
 
 def stop_queued(session: Session, sweep_id: int, settings: Settings | None = None) -> int:
     """Fail the cancelled sweep's cells that have not started; returns how many. A cell
-    already measuring finishes and is stored."""
+    already measuring is stopped by its worker after its current child process."""
     settings = settings or get_settings()
     cells = session.execute(
         select(Cell.id, Cell.run_id).join(Run, Run.id == Cell.run_id)

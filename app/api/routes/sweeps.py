@@ -143,7 +143,8 @@ def get_sweep(sweep_id: RowIdPath, session: SessionDep, access: ReadAccess) -> S
 def cancel_sweep(sweep_id: RowIdPath, session: SessionDep, settings: SettingsDep,
                  token: CiToken, access: CiAccess) -> SweepDetailPublic:
     """Takes no further step and fails its cells that have not started ("cancelled"); a
-    cell already measuring finishes and is stored. 409 if it already ended."""
+    cell already measuring stops after its current child process and fails alike. 409 if
+    it already ended."""
     service.cancel_sweep(session, sweep_id, token.name, access)
     session.commit()
     service.stop_queued(session, sweep_id, settings)
