@@ -23,6 +23,10 @@ URL = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:
 TOKEN = typer.Option(..., envvar="SPEEDWATCH_TOKEN", help="Token with the ci scope.")
 FINISHED = ("done", "failed", "cancelled")
 
+# Request fields -> the flags that set them, so a refusal names what to change.
+SWEEP_FLAGS = {"package": "--package", "from_version": "--from", "to_version": "--to",
+               "hold": "--hold", "max_versions": "--max-versions", "project": "--project"}
+
 
 def register(cli: typer.Typer) -> None:
     cli.command("sweep")(sweep)
@@ -245,7 +249,8 @@ def sweep(
         }
         if max_versions is not None:
             body["max_versions"] = max_versions
-        api = Api(url, token, timeout_s=180.0)  # the server reads the package index
+        api = Api(url, token, timeout_s=180.0,  # the server reads the package index
+                  flags=SWEEP_FLAGS)
         try:
             created = api.sweep(body)
             versions = created["versions"]

@@ -233,7 +233,7 @@ def test_the_cli_refuses_bad_input_in_one_line(server_url: str, ci_token: str) -
                   "left-pad", "--from", "1.0", "--to", "1.2")
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
-    assert line.startswith("error: HTTP 422 from POST /api/v1/sweeps: package: ")
+    assert line.startswith("error: --package: 'left-pad' is not on the allowlist")
     both = _cli(server_url, ci_token, "bisect", "--project", PROJECT)
     assert both.exit_code == 2
     assert both.output.strip() == "error: give --regression ID, or --good and --bad pins"
