@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     # Workers not heard from for this long leave the list (and stop counting as announcing
     # their interpreters); the reconciler deletes their rows.
     worker_forget_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
+    # A GPU worker pinned to one device waits this long for a foreign process on it to
+    # leave before a cell; past that the cell is measured again later (workers.exclusivity).
+    gpu_idle_wait_seconds: float = Field(default=30.0, ge=0, le=3600)
     # True: GET endpoints answer without a token; False: they need a token with `read` scope.
     public_reads: bool = True
     max_matrix_cells: int = Field(default=256, ge=1)

@@ -16,6 +16,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from benchmarks.result_schema import error_message
+
 log = logging.getLogger(__name__)
 
 
@@ -129,11 +131,8 @@ def install_exception_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         errors = []
         for error in exc.errors():
-            message = str(error.get("msg", "invalid"))
-            message = message.removeprefix("Value error, ")
-            if error.get("type") == "extra_forbidden":
-                message = "unknown field"
-            errors.append({"field": _field_name(error.get("loc", ())), "message": message})
+            errors.append({"field": _field_name(error.get("loc", ())),
+                           "message": error_message(error)})
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"
         return JSONResponse(_error_body(detail, errors), status_code=422)
 

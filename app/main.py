@@ -16,7 +16,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 
-from app.api.middleware import BodySizeLimitMiddleware, Metrics, MetricsMiddleware
+from app.api.middleware import (
+    BodySizeLimitMiddleware,
+    JsonDepthLimitMiddleware,
+    Metrics,
+    MetricsMiddleware,
+)
 from app.api.routes import (
     compare,
     docs,
@@ -50,6 +55,10 @@ is a 403. Errors are
 """
 
 
+# No request body of this API nests half this deep (a result document: about 12 levels).
+MAX_JSON_BODY_DEPTH = 32
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     dispatch.install()  # the services send cells and deliveries through app.ports
@@ -73,6 +82,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessionmaker = sessionmaker(bind=engine, expire_on_commit=False)
     app.state.metrics = Metrics()
     install_exception_handlers(app)
+    # Added first, so it runs inside the size limit: it reads only bodies already bounded.
+    app.add_middleware(JsonDepthLimitMiddleware, max_depth=MAX_JSON_BODY_DEPTH)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens,

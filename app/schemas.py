@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 
 from app.detection.policy import DetectionPolicy
 from benchmarks import model_ref
+from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
 from benchmarks.spec import BACKENDS, PRECISIONS, SHAPE_MODES, WEIGHTS
 
 
@@ -194,11 +195,17 @@ class RunCreate(StrictModel):
 class ResultIngest(StrictModel):
     """A result measured elsewhere: the BenchResult document plus where it belongs."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "project": "vision", "revision": "v1.0", "branch": "main",
+        "environment": {"pins": ["onnxruntime==1.22.0"]}, "result": DOCUMENT_EXAMPLE}]})
+
     project: ProjectName
     revision: Label
     branch: Label | None = None
     environment: EnvironmentIn
-    result: dict[str, Any] = Field(description="a benchmarks.result.BenchResult document")
+    result: BenchResultDocument = Field(
+        description="a benchmarks.result.BenchResult document (what `speedwatch bench "
+        "--json` writes), checked whole before anything is stored")
 
 
 # ---- responses ----------------------------------------------------------------------------
@@ -234,6 +241,10 @@ class GpuPublic(BaseModel):
     name: str
     device_class: str
     memory_total_bytes: int | None = None
+    utilization_pct: int | None = Field(default=None, description="at the last heartbeat")
+    memory_used_bytes: int | None = None
+    temperature_c: int | None = None
+    processes: int | None = Field(default=None, description="compute processes on it")
 
 
 class WorkerPublic(BaseModel):
@@ -315,11 +326,23 @@ class ResultSummaryPublic(PublicModel):
         "at start and end, installed versions")
 
 
+class ComparisonPublic(BaseModel):
+    """This cell's speedup against its series' baseline: before, after, and the change."""
+
+    baseline_speedup: float = Field(description="the baseline's speedup (before)")
+    speedup: float = Field(description="this cell's speedup (after)")
+    ratio: float = Field(description="after / before; 0.95 is a 5% drop")
+    ci_low: float = Field(description="95% CI of the ratio, low end")
+    ci_high: float
+
+
 class CellJudgementPublic(BaseModel):
     verdict: Literal["pass", "regression", "improvement", "inconclusive", "error"] | None = None
     reasons: list[str] = Field(default_factory=list)
     suspect: bool = False
     confirming: bool = Field(default=False, description="a re-measure is under way")
+    comparison: ComparisonPublic | None = Field(
+        default=None, description="against the baseline; none for a series' first result")
 
 
 class CellPublic(BaseModel):
@@ -542,10 +565,18 @@ class VersionChangePublic(BaseModel):
 
 class ChangePublic(BaseModel):
     direction: Literal["regression", "improvement"]
-    before: float = Field(description="median speedup of the segment before the change")
-    after: float = Field(description="median speedup of the segment after")
+    before: float = Field(description="speedup level of the segment before, at the change "
+                                      "(weighted by each point's precision, outliers clipped)")
+    after: float = Field(description="speedup level of the segment after, at the change")
     relative_change: float = Field(description="after / before - 1")
-    p_value: float | None = Field(description="Mann-Whitney U between the two segments")
+    relative_change_ci_low: float | None = Field(
+        description="95% interval of relative_change, low end")
+    relative_change_ci_high: float | None = Field(
+        description="95% interval of relative_change, high end")
+    p_value: float | None = Field(description="the step test's p-value times the split points "
+                                              "searched (docs/detection.md)")
+    test: str = Field(description="the test that confirmed the change: with the points' "
+                                  "intervals, or the series' scatter alone")
     revision: str = Field(description="the first revision measured after the change")
     run_id: int
     result_id: int

@@ -133,9 +133,10 @@ def gpu_name() -> str | None:
         return None
 
 
-def visible_gpus() -> list[dict[str, Any]]:
+def visible_gpus(state: bool = False) -> list[dict[str, Any]]:
     """The GPUs this process may use (CUDA_VISIBLE_DEVICES honoured), as a worker announces
-    them: index, name, device class, memory. [] without NVML or a GPU."""
+    them: index, name, device class, memory; with `state`, also how busy each is now
+    (utilization, memory used, temperature, compute processes). [] without NVML or a GPU."""
     nv = _nvml()
     if nv is None:
         return []
@@ -159,10 +160,25 @@ def visible_gpus() -> list[dict[str, Any]]:
             memory = int(nv.nvmlDeviceGetMemoryInfo(handle).total)
         except Exception:
             continue
-        gpus.append({"index": index, "name": name,
-                     "device_class": device_class_from_gpu_name(name),
-                     "memory_total_bytes": memory})
+        gpu: dict[str, Any] = {"index": index, "name": name,
+                               "device_class": device_class_from_gpu_name(name),
+                               "memory_total_bytes": memory}
+        if state:
+            gpu.update(_gpu_state(nv, handle))
+        gpus.append(gpu)
     return gpus
+
+
+def _gpu_state(nv: Any, handle: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        out["utilization_pct"] = int(nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+        out["memory_used_bytes"] = int(nv.nvmlDeviceGetMemoryInfo(handle).used)
+        out["temperature_c"] = int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))
+        out["processes"] = len(nv.nvmlDeviceGetComputeRunningProcesses(handle))
+    except Exception:
+        pass
+    return out
 
 
 def device_class(device: str) -> str:

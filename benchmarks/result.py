@@ -3,6 +3,11 @@
 This is the contract between the measurement core and everything that stores or judges
 results (workers, `POST /api/v1/results`, detection). Bump RESULT_SCHEMA_VERSION on any
 incompatible change; readers refuse versions they do not know.
+
+The dataclasses here are what the runner writes; what a reader accepts is the typed schema
+in `benchmarks.result_schema`, which `from_dict` applies. It is imported there and not at
+the top: the child process that writes documents imports this module, and it must run
+where only torch and the backend under test are installed (no pydantic).
 """
 
 from __future__ import annotations
@@ -11,7 +16,10 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from benchmarks.result_schema import BenchResultDocument
 
 RESULT_SCHEMA_VERSION = 1
 
@@ -135,34 +143,37 @@ class BenchResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchResult:
         """Parse and validate; raise ResultError with a message safe to show a client."""
-        if not isinstance(data, dict):
-            raise ResultError("result: expected a JSON object")
-        version = data.get("schema_version")
-        if version != RESULT_SCHEMA_VERSION:
-            raise ResultError(
-                f"schema_version: {version!r} is not supported (this server reads "
-                f"{RESULT_SCHEMA_VERSION})"
-            )
-        known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known
-        if unknown:
-            raise ResultError(f"unknown result fields: {', '.join(sorted(unknown))}")
-        d = dict(data)
+        from pydantic import ValidationError
+
+        from benchmarks.result_schema import BenchResultDocument, error_message, error_path
+
         try:
-            for name, typ in (("baseline", LatencySummary), ("candidate", LatencySummary),
-                              ("speedup", Speedup), ("accuracy", Accuracy)):
-                if d.get(name) is not None:
-                    if not isinstance(d[name], dict):
-                        raise ResultError(f"{name}: expected a JSON object")
-                    d[name] = typ(**d[name])
-            result = cls(**d)
-        except TypeError as exc:
-            raise ResultError(f"result: {exc}") from None
-        result.check()
-        return result
+            document = BenchResultDocument.model_validate(data)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            shown = "; ".join(f"{error_path(e['loc']) or 'result'}: {error_message(e)}"
+                              for e in errors[:3])
+            more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+            raise ResultError(shown + more) from None
+        return cls.from_document(document)
+
+    @classmethod
+    def from_document(cls, document: BenchResultDocument) -> BenchResult:
+        """The dataclass of a document the schema accepted: keys that were absent stay
+        absent (the dataclasses' defaults fill the top level, as for any writer), so the
+        document hashes as it was sent."""
+        data = document.model_dump(exclude_unset=True)
+        for name, typ in (("baseline", LatencySummary), ("candidate", LatencySummary),
+                          ("speedup", Speedup), ("accuracy", Accuracy)):
+            if data.get(name) is not None:
+                data[name] = typ(**data[name])
+        return cls(**data)
 
     def check(self) -> None:
-        """Refuse numbers no measurement can produce (negative, NaN, inverted CI)."""
+        """Refuse numbers no measurement can produce (negative, NaN, inverted CI).
+
+        For results built in this process (merged processes, joined sides), which never
+        pass through the schema; a parsed document was held to all of this and more."""
         if self.status not in ("ok", "failed", "skipped"):
             raise ResultError(f"status: {self.status!r} is not ok, failed or skipped")
         for side, rounds in (("baseline_samples_ms", self.baseline_samples_ms),

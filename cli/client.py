@@ -69,6 +69,9 @@ class Api:
     def run(self, run_id: int) -> dict[str, Any]:
         return self._call("GET", f"/api/v1/runs/{run_id}")
 
+    def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._call("GET", path, params=params)
+
 
 def flag_for(field: str, flags: Mapping[str, str]) -> str:
     """`matrix.batch_sizes[1]` -> `--batch (value 2)` when the caller knows the flag; the

@@ -4,6 +4,7 @@
 | ------------- | ----------------------------------------- |
 | cli.service   | serve, migrate, token create/revoke/list  |
 | cli.submit    | submit (the CI client), demo              |
+| cli.report    | report (compare two revisions)            |
 | cli.policy    | policy show/set                           |
 | cli.detect    | detect                                    |
 | cli.worker    | worker, beat                              |
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import bench, detect, policy, service, submit, worker
+from cli import bench, detect, policy, report, service, submit, worker
 
 
 def _settings_epilog() -> str:
@@ -37,7 +38,7 @@ cli = typer.Typer(
 )
 
 # Each module exposes `register(cli: typer.Typer) -> None`; the order is the help's order.
-for _group in (bench, service, submit, worker, detect, policy):
+for _group in (bench, service, submit, report, worker, detect, policy):
     _group.register(cli)
 
 

@@ -205,6 +205,13 @@ def submit(
                               "1 regression, 2 error, 3 inconclusive."),
     timeout: float = typer.Option(3600.0, help="Seconds to wait with --wait."),
     poll: float = typer.Option(2.0, help="Seconds between polls with --wait."),
+    summary: Path | None = typer.Option(
+        None, help="With --wait: append a Markdown table (before/after speedup, CI, verdict, "
+        "links) to this file, e.g. \"$GITHUB_STEP_SUMMARY\"."),
+    junit: Path | None = typer.Option(
+        None, help="With --wait: write a JUnit XML report, one test case per cell."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="With --wait: write the finished run as JSON."),
 ) -> None:
     """Trigger a benchmark run; with --wait, exit 0 on pass, 1 on regression, 2 on error,
     3 when inconclusive (not decided within the timing budget). Options not given come
@@ -237,6 +244,8 @@ def submit(
         project_file.warn_about_thresholds(pf, url, token, project)
     except project_file.ProjectFileError as exc:
         raise _fail(str(exc)) from None
+    if (summary or junit or json_out) and not wait:
+        raise _fail("--summary, --junit and --json need --wait (they report the verdict)")
     try:
         if sides is not None and sides not in ("paired", "split"):
             raise _fail(f"--sides: {sides!r} is not paired or split")
@@ -277,6 +286,14 @@ def submit(
     except ClientError as exc:
         raise _fail(str(exc)) from None
     print_run(run, run_url)
+    if summary or junit or json_out:
+        from cli.report import write_outputs
+
+        try:
+            write_outputs(run, url.rstrip("/"), summary=summary, junit_path=junit,
+                          json_path=json_out)
+        except OSError as exc:
+            raise _fail(f"cannot write the report: {exc}") from None
     raise typer.Exit(exit_code_for(run))
 
 

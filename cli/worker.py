@@ -24,6 +24,11 @@ def worker(
     ),
     loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
     hostname: str = typer.Option("", "--hostname", "-n", help="Worker node name."),
+    gpus: str = typer.Option(
+        "", "--gpus",
+        help="all, or GPU indices such as 0,1: one worker process per GPU, each pinned to "
+        "its device (CUDA_VISIBLE_DEVICES), concurrency 1, consuming its GPU class's queue "
+        "(SPEEDWATCH_GPU_QUEUES) and the generic GPU queue; restarted if it dies."),
 ) -> None:
     """Start a Celery worker that runs benchmark cells from the given queues."""
     from cli.service import settings_or_exit
@@ -31,6 +36,9 @@ def worker(
     # Before importing the Celery app, which reads the settings too: insecure production
     # settings end here with one line instead of a traceback.
     settings = settings_or_exit()
+    if gpus:
+        _gpu_fleet(gpus, settings.gpu_queues, loglevel, queues, concurrency)
+        return
     from workers.celery_app import celery_app, queue_names
 
     wanted = [q.strip() for q in queues.split(",") if q.strip()] or [settings.cpu_queue]
@@ -67,3 +75,24 @@ def beat(
 
     path = schedule or os.path.join(tempfile.gettempdir(), "speedwatch-celerybeat-schedule")
     celery_app.start(["beat", "--loglevel", loglevel, "--schedule", path])
+
+
+def _gpu_fleet(selection: str, gpu_queues: dict[str, str], loglevel: str, queues: str,
+               concurrency: int) -> None:
+    """`--gpus`: plan one pinned worker per GPU from NVML, then supervise them."""
+    from benchmarks.fingerprint import visible_gpus
+    from workers.fleet import FleetError, base_environment, plan, supervise, worker_argv
+
+    if queues or concurrency != 1:
+        typer.echo("error: --gpus chooses each worker's queues and runs it with concurrency "
+                   "1; leave out --queues and --concurrency", err=True)
+        raise typer.Exit(2)
+    try:
+        plans = plan(visible_gpus(), selection, gpu_queues, socket.gethostname())
+    except FleetError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for p in plans:
+        typer.echo(f"GPU {p.index} ({p.name}, {p.device_class}): worker {p.hostname} on "
+                   f"queues {', '.join(p.queues)}")
+    raise typer.Exit(supervise(plans, lambda p: worker_argv(p, loglevel), base_environment()))

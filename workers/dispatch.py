@@ -12,7 +12,8 @@ report (503).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from app import ports
@@ -57,14 +58,40 @@ def enqueue_cells(cells: Sequence[tuple[int, str]], settings: Settings | None = 
     raise DispatchError(f"executor {executor!r} is not one of celery, local, none")
 
 
-def cell_groups(cells: Sequence[tuple[int, str]], size: int) -> list[list[int]]:
+def cell_groups(cells: Sequence[tuple[int, str]], size: int,
+                consumers: Mapping[str, int] | None = None) -> list[list[int]]:
     """The cells of one send, grouped by queue in their order, at most `size` a group: each
-    group is measured together by one worker (workers.tasks.execute_cells)."""
+    group is measured together by one worker (workers.tasks.execute_cells). With
+    `consumers` (live workers per queue), a queue's cells are split into that many groups
+    at least, so a run spreads over every GPU of its class instead of waiting for one."""
     by_queue: dict[str, list[int]] = {}
     for cell_id, queue in cells:
         by_queue.setdefault(queue, []).append(cell_id)
-    size = max(1, size)
-    return [ids[i:i + size] for ids in by_queue.values() for i in range(0, len(ids), size)]
+    groups: list[list[int]] = []
+    for queue, ids in by_queue.items():
+        workers = max(1, (consumers or {}).get(queue, 1))
+        step = max(1, min(size, math.ceil(len(ids) / workers)))
+        groups += [ids[i:i + step] for i in range(0, len(ids), step)]
+    return groups
+
+
+def live_consumers(settings: Settings) -> dict[str, int]:
+    """Live workers per queue, from their heartbeats; {} when the store cannot say."""
+    from app.db import session_scope
+    from app.services.workers import list_workers
+
+    try:
+        with session_scope(settings) as session:
+            counts: dict[str, int] = {}
+            for worker in list_workers(session, settings):
+                if worker.state == "alive" and worker.kind == "celery":
+                    for queue in worker.queues:
+                        counts[queue] = counts.get(queue, 0) + 1
+            return counts
+    except Exception as exc:  # sending must not depend on the registry
+        log.warning("live workers unknown (%s): groups of up to %d cells", exc,
+                    settings.interleave_cells)
+        return {}
 
 
 def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
@@ -77,23 +104,24 @@ def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
     app = celery_for(settings)
     queue_of = dict(cells)
     soft, hard = time_limits(settings)
-    groups = cell_groups(cells, settings.interleave_cells)
+    groups = cell_groups(cells, settings.interleave_cells, live_consumers(settings))
+    unroutable: list[int] = []
     sent = 0
     try:
         for group in groups:
             queue = queue_of[group[0]]
-            if len(group) == 1:
-                app.send_task(RUN_CELL_TASK, args=[group[0]], queue=queue)
-            else:
-                app.send_task(RUN_CELLS_TASK, args=[group], queue=queue,
-                              soft_time_limit=soft * len(group), time_limit=hard * len(group))
+            try:
+                if len(group) == 1:
+                    app.send_task(RUN_CELL_TASK, args=[group[0]], queue=queue)
+                else:
+                    app.send_task(RUN_CELLS_TASK, args=[group], queue=queue,
+                                  soft_time_limit=soft * len(group),
+                                  time_limit=hard * len(group))
+            except QueueNotFound:  # this group only: the others still go
+                unroutable += group
             sent += 1
-    except QueueNotFound as exc:
-        raise DispatchError(f"{exc.args[0] if exc.args else exc} (configured queues: "
-                            f"{', '.join(settings.queue_names())})",
-                            unsent=[c for g in groups[sent:] for c in g]) from None
     except Exception as exc:  # kombu raises transport-specific errors; all mean "not sent"
-        unsent = [c for g in groups[sent:] for c in g]
+        unsent = unroutable + [c for g in groups[sent:] for c in g]
         log.warning("enqueue failed after %d of %d cells: %s", len(cells) - len(unsent),
                     len(cells), exc)
         raise DispatchError(
@@ -101,6 +129,10 @@ def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
             f"{len(unsent)} cells stay queued and the reconciler sends them",
             unsent=unsent,
         ) from exc
+    if unroutable:
+        queues = sorted({queue_of[c] for c in unroutable})
+        raise DispatchError(f"queue(s) {', '.join(queues)} not configured here (configured "
+                            f"queues: {', '.join(settings.queue_names())})", unsent=unroutable)
 
 
 def send_deliveries(delivery_ids: Sequence[int], settings: Settings) -> None:

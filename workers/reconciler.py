@@ -240,6 +240,11 @@ def _give_up_reason(
             f"gave up after {cell.attempts} attempts: the last one made no progress for "
             f"{settings.reconcile_after_seconds} s (worker lost or stuck)"
         )
+    if cell.status == "queued" and cell.queue not in settings.queue_names():
+        # No send can ever succeed from here, and retrying it every sweep would only hide
+        # the configuration change that removed the queue.
+        return (f"queue {cell.queue!r} is not configured on this server any more "
+                f"(configured: {', '.join(settings.queue_names())})")
     if cell.status != "queued" or cell.enqueued_at is None:
         return None  # never taken by the broker: nothing to say about its workers yet
     queue_dead = queue_last_seen is None or queue_last_seen < now - after

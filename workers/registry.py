@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,10 @@ class Heartbeat:
     def beat(self, *, starting: bool = False) -> bool:
         from app.db import session_scope
         from app.services.workers import heartbeat
+        from benchmarks.fingerprint import visible_gpus
+
+        if self.announcement.gpus:  # each GPU's state now: busy, memory, heat, processes
+            self.announcement = replace(self.announcement, gpus=visible_gpus(state=True))
 
         try:
             with session_scope(self.settings) as session:

@@ -25,6 +25,7 @@ from workers.celery_app import (
     RUN_CELLS_TASK,
     celery_app,
 )
+from workers.exclusivity import guard_for_worker, throttle_reason, wait_until_idle
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -143,11 +144,27 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
             env=model_env(settings), reference_for=_reference_for(c.cell_id, settings))
         for c in claimed]
     live = {c.cell_id for c in claimed}
+    # A worker pinned to one GPU measures alone on it, or does not store the figure.
+    guard = guard_for_worker(c.spec for c in claimed)
+    if guard is not None:
+        busy = wait_until_idle(guard, settings.gpu_idle_wait_seconds)
+        if busy is not None:
+            for c in claimed:
+                outcomes[c.cell_id] = _measure_again(c, f"before the cell: {busy}", settings)
+            return outcomes
+        guard.start()
 
     def stored(i: int, result: BenchResult) -> None:
         c = claimed[i]
         live.discard(c.cell_id)
-        outcomes[c.cell_id] = _store(c, result, settings)
+        reason = None
+        if result.status == "ok" and c.spec.device == "cuda":
+            seen = guard.reasons() if guard is not None else []
+            reason = seen[0] if seen else throttle_reason(result.fingerprint)
+        if reason is not None:
+            outcomes[c.cell_id] = _measure_again(c, reason, settings)
+        else:
+            outcomes[c.cell_id] = _store(c, result, settings)
 
     try:
         run_adaptive_interleaved(
@@ -164,8 +181,29 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
             _fail(cell_id, _reason(exc), settings)
             outcomes[cell_id] = "failed"
     finally:
+        if guard is not None:
+            guard.stop()
         _finish_runs([c.env.run_id for c in claimed], settings)
     return outcomes
+
+
+def _measure_again(claimed: _Claimed, reason: str, settings: Settings) -> str:
+    """Not stored: the cell goes back to its queue with the reason (or fails, out of
+    attempts), and is sent again now; the reconciler sends it if that send fails."""
+    from app.db import session_scope
+    from app.services.runs import enqueue, requeue_contaminated
+
+    log.warning("cell %s contaminated: %s", claimed.cell_id, reason)
+    with session_scope(settings) as session:
+        again = requeue_contaminated(session, claimed.cell_id, reason, settings)
+    if again is None:
+        _finish_runs([claimed.env.run_id], settings)
+        return "failed"
+    with session_scope(settings) as session:
+        warning = enqueue(session, [again], settings)
+    if warning is not None:
+        log.warning("cell %s not sent again yet: %s", claimed.cell_id, warning)
+    return "contaminated"
 
 
 def _store(claimed: _Claimed, result: BenchResult, settings: Settings) -> str:

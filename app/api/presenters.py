@@ -56,7 +56,8 @@ def cell_public(cell: Cell, result: Result | None) -> CellPublic:
         judgement = CellJudgementPublic(
             verdict=known.get("verdict"),
             reasons=list(known.get("reasons") or ([known["note"]] if "note" in known else [])),
-            suspect=bool(known.get("suspect", False)), confirming="confirming" in known)
+            suspect=bool(known.get("suspect", False)), confirming="confirming" in known,
+            comparison=known.get("comparison"))
     return CellPublic(
         id=cell.id,
         series_key=cell.series_key,

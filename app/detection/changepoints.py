@@ -1,26 +1,46 @@
-"""Change points in one series of speedups (or any positive metric): where the level moved.
+"""Change points in one series of speedups (or any metric): where the level moved.
+
+Each point may come with its own 95% interval, which only Speedwatch has: a GPU cell timed
+with CUDA graphs is often known to +-0.1%, a CPU cell to +-3%. The noise model of point i is
+
+    variance_i = scale * inflation * (phi * s_i^2 + tau^2)
+
+- s_i^2: the point's own variance, (half-width / 1.96)^2 on the log scale, pooled with the
+  series' typical one (`moderated_variances`: an interval from 3 processes has 2 degrees of
+  freedom and is sometimes far too narrow by chance). NaN-free: a point without an interval
+  gets the typical one; without any intervals s_i = 0 and the series' scatter is all there
+  is -- the same method, not a second one.
+- tau^2: the scatter BETWEEN points that no single interval can see (another machine,
+  another day, a clock state), from first differences (`noise_scale`); phi <= 1: how much of
+  the intervals the differences show where they show less (the product's Student-t
+  intervals from few processes are about twice 1.96 standard errors), pooled with 1.
+- scale: the residuals' dispersion around the segments, pooled with 1; inflation:
+  (1 + rho) / (1 - rho) for a significant lag-1 autocorrelation rho of the residuals
+  (consecutive runs sharing a machine's state make a segment's mean vary more).
 
 Method, and why each part is there (docs/detection.md has the measured comparison):
 
-1. Noise scale from first differences: sigma = MAD(diff(x)) * 1.4826 / sqrt(2). A step or a
-   slow drift moves only one difference or all of them by a hair, so this measures the
-   point-to-point noise without being inflated by the very changes we look for.
-2. Robust clipping: each value is pulled to within `clip_sigmas` * sigma of a centred running
-   median (window 5). One wild sample cannot buy a segment of its own in the L2 search, while
-   a real step survives, because the running median follows a step within two points.
-3. Search: the exact minimiser of the penalised L2 cost (the objective PELT solves), with a
-   minimum segment length and a penalty of `penalty_factor * sigma^2 * log(n)` per change:
-   the penalty is calibrated to this series' measured noise, so a quiet series can show a
-   small step and a noisy one needs a larger one before it is considered at all.
-4. Confirmation of every candidate, each against its neighbours' segments (the merge step
-   of Hunter/Otava, with different tests): a Mann-Whitney U test between the two segments
-   (rank-based, so heavy tails, outliers and two-mode noise do not fake or hide a shift),
-   a minimum relative effect between segment medians (tiny real shifts are not worth an
-   alarm), and a drift guard: in a least-squares fit of level + linear trend + step on the
-   two segments the step must be significant by itself. A slow drift is explained by the
-   trend and is not a change point; a step on top of a drift still is. Candidates that fail
-   are removed weakest first and their neighbours re-tested on the merged segments.
+1. Log scale for positive series: speedups' noise, drift and steps are multiplicative.
+2. Robust clipping: each value is pulled to within `clip_sigmas` of its own standard
+   deviation of a centred running median (window 5). One wild sample cannot fake a step,
+   while a real step survives: the running median follows it within two points.
+3. Search: the exact minimiser of the weighted squared error plus `penalty_factor * log(n)`
+   per change (PELT's objective, with PELT's pruning), over the split positions that seeded
+   binary segmentation proposes (Kovacs et al. 2020: the best split of each of O(n) intervals
+   of halving lengths). Seeded intervals see a short dip (a regression and its fix) that a
+   split of the whole series would average away; searching only their positions keeps a
+   10k-point series to tens of milliseconds (scripts/bench_detection.py --timing).
+4. Confirmation of every candidate against its neighbours' segments (Hunter/Otava's merge
+   step): the weighted difference of the two segment levels over its standard error (Student
+   t; a common linear drift enters the model where it is significant), its p-value times the
+   number of split points the search could have chosen there (Bonferroni: the split was picked
+   where the data jump most) must reach `max_p_value`; a drift guard (the step must also stand
+   on top of a local linear trend, at `max_step_given_trend_p`, so a slow drift is not a
+   change point while a step on a drift still is); and a minimum relative effect. Candidates
+   that fail are removed weakest first and their neighbours re-tested on the merged segments;
+   the noise is re-estimated on the segments left until they no longer change.
 
+Every change point reports its size, its 95% interval and the test that confirmed it.
 Pure functions on plain numbers: no service imports.
 """
 
@@ -28,19 +48,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+from numpy.lib.stride_tricks import sliding_window_view
+from scipy import optimize, special, stats
 
 Direction = Literal["regression", "improvement"]
 FloatArray = npt.NDArray[np.float64]
 
-# MAD -> standard deviation for Gaussian noise.
-_MAD_TO_SD = 1.4826
+# A 95% interval's half-width over the standard error it stands for.
+_Z95 = float(stats.norm.ppf(0.975))
+# Median of chi-square with one degree of freedom: d^2 / var(d) has it for Gaussian d.
+_CHI2_1_MEDIAN = float(stats.chi2.ppf(0.5, 1))
+# Highest lag-1 autocorrelation believed: beyond it a segment's mean is not estimable.
+_MAX_RHO = 0.9
+
+# What `ChangePoint.test` says; docs/detection.md describes both.
+TEST_WITH_INTERVALS = ("step t-test weighted by each point's 95% interval and the series' "
+                       "scatter; Bonferroni over the splits searched; drift guard")
+TEST_SCATTER_ONLY = ("step t-test on the series' scatter alone (no point has its own "
+                     "uncertainty); Bonferroni over the splits searched; drift guard")
 
 
 class SeriesError(ValueError):
@@ -51,18 +81,33 @@ class SeriesError(ValueError):
 class DetectorSettings:
     """Knobs of the detector. Defaults were tuned on corpus seed 1 (see docs/detection.md)."""
 
-    min_segment: int = 4
+    min_segment: int = 3
     """Fewest points on each side of a change: one or two outliers are never a change."""
-    min_relative_change: float = 0.02
+    min_relative_change: float = 0.01
     """Smallest |after/before - 1| reported; smaller real shifts are not worth an alarm."""
     max_p_value: float = 0.001
-    """Mann-Whitney p-value a change must reach."""
+    """Step test p-value (times the split points searched) a change must reach."""
     penalty_factor: float = 3.0
-    """Penalty per change in units of sigma^2 * log(n)."""
+    """Search penalty per change, in units of log(n) (squared errors weighted by each
+    point's variance): candidates for the confirmation, not yet change points."""
     clip_sigmas: float = 3.0
+    trend: bool = True
+    """Model a common linear drift: a slow drift is no change point; a step is measured
+    net of it."""
     drift_guard: bool = True
-    max_step_given_trend_p: float = 0.01
-    """Drift guard: p-value the step must reach on top of a linear trend (max-t corrected)."""
+    max_step_given_trend_p: float = 0.2
+    """Drift guard: p-value (times the split points) of the step on top of a linear trend."""
+    autocorrelation: bool = True
+    """Inflate variances for the residuals' lag-1 autocorrelation where it is significant."""
+    autocorrelation_p: float = 0.05
+    trend_p: float = 0.01
+    """A common linear drift enters the model where its slope is significant at this level."""
+    scale_prior_dof: float = 10.0
+    """Degrees of freedom of the points' own variances (intervals and first differences)
+    against the residuals' dispersion around the segments (see `_noise_given`)."""
+    interval_prior_dof: float = 4.0
+    """Degrees of freedom of the series' typical point variance when it is pooled with each
+    point's own (see `moderated_variances`); 0 trusts every interval as it is."""
 
     def check(self) -> DetectorSettings:
         if self.min_segment < 2:
@@ -73,6 +118,8 @@ class DetectorSettings:
             p = getattr(self, name)
             if not 0 < p <= 1:
                 raise SeriesError(f"{name}: {p} not in (0, 1]")
+        if self.interval_prior_dof < 0:
+            raise SeriesError("interval_prior_dof must be at least 0")
         if self.penalty_factor <= 0 or self.clip_sigmas <= 0:
             raise SeriesError("penalty_factor and clip_sigmas must be positive")
         return self
@@ -87,165 +134,376 @@ class ChangePoint:
 
     index: int
     direction: Direction
-    before: float  # median of the segment before
-    after: float  # median of the segment after
+    before: float  # level of the segment before, at the change (weighted, outliers clipped)
+    after: float  # level of the segment after, at the change
     relative_change: float  # after / before - 1
-    p_value: float | None  # Mann-Whitney U, two-sided, between the two segments
+    p_value: float | None  # the step test's, times the split points searched (see module)
+    ci_low: float | None = None  # 95% interval of relative_change
+    ci_high: float | None = None
+    test: str = ""  # the test that confirmed it (TEST_WITH_INTERVALS or TEST_SCATTER_ONLY)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
+        """The `speedwatch detect` keys; with `explain`, also the change's 95% interval
+        (`relative_change_ci_low`/`_high`) and the test that confirmed it."""
+        out: dict[str, Any] = {
+            "index": self.index, "direction": self.direction, "before": self.before,
+            "after": self.after, "relative_change": self.relative_change,
+            "p_value": self.p_value,
+        }
+        if explain:
+            out.update(relative_change_ci_low=self.ci_low, relative_change_ci_high=self.ci_high,
+                       test=self.test)
+        return out
 
 
-def as_series(values: Sequence[float] | FloatArray) -> FloatArray:
+def as_series(values: Sequence[float] | FloatArray, name: str = "values") -> FloatArray:
     """Values as a 1-D float array; refuse what no measurement produces (NaN, inf)."""
     try:
         x = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
-        raise SeriesError("values must be a list of numbers") from None
+        raise SeriesError(f"{name} must be a list of numbers") from None
     if x.ndim != 1:
-        raise SeriesError("values must be a flat list of numbers")
+        raise SeriesError(f"{name} must be a flat list of numbers")
     bad = np.flatnonzero(~np.isfinite(x))
     if bad.size:
-        raise SeriesError(f"values[{int(bad[0])}] is {x[bad[0]]!r}; NaN and infinity are refused")
+        raise SeriesError(f"{name}[{int(bad[0])}] is {x[bad[0]]!r}; NaN and infinity are "
+                          "refused")
     return x
 
 
-def noise_scale(values: Sequence[float] | FloatArray) -> float:
-    """Point-to-point noise (standard deviation) of a series, robust to steps and drift.
+def _interval_bounds(x: FloatArray, ci_low: Sequence[float | None] | FloatArray | None,
+                     ci_high: Sequence[float | None] | FloatArray | None
+                     ) -> tuple[FloatArray, FloatArray] | None:
+    """Checked interval bounds (NaN where a point has none), or None without intervals."""
+    if ci_low is None and ci_high is None:
+        return None
+    if ci_low is None or ci_high is None:
+        raise SeriesError("ci_low and ci_high come together: give both or neither")
+    bounds = []
+    for name, given in (("ci_low", ci_low), ("ci_high", ci_high)):
+        try:
+            arr = np.asarray(given if isinstance(given, np.ndarray)
+                             else [np.nan if v is None else v for v in given], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise SeriesError(f"{name} must be a list of numbers (or null)") from None
+        if arr.ndim != 1 or arr.size != x.size:
+            raise SeriesError(f"{name} has {arr.size} values, values has {x.size}")
+        if np.any(np.isinf(arr)):
+            raise SeriesError(f"{name}[{int(np.flatnonzero(np.isinf(arr))[0])}] is infinite")
+        bounds.append(arr)
+    lo, hi = bounds
+    half = np.flatnonzero(np.isnan(lo) != np.isnan(hi))
+    if half.size:
+        raise SeriesError(f"point {int(half[0])}: ci_low and ci_high are both null or both "
+                          "numbers")
+    known = ~np.isnan(lo)
+    outside = np.flatnonzero(known & ((lo > x) | (x > hi)))
+    if outside.size:
+        i = int(outside[0])
+        raise SeriesError(f"point {i}: {x[i]!r} is not within its interval "
+                          f"[{lo[i]!r}, {hi[i]!r}]")
+    return lo, hi
 
-    Falls back to the mean absolute difference when more than half the differences are
-    exactly zero (quantised or mostly constant series), and is 0 only for a constant series.
+
+def point_variances(
+    values: Sequence[float] | FloatArray,
+    ci_low: Sequence[float | None] | FloatArray | None,
+    ci_high: Sequence[float | None] | FloatArray | None,
+    *,
+    log_scale: bool = False,
+) -> FloatArray:
+    """Each point's own variance from its 95% interval: (half-width / 1.96)^2, on the log
+    scale if asked; NaN for a point without an interval, zeros when no point has one.
+
+    An interval from a few processes is wider than 1.96 standard errors (Student t); the
+    residuals' dispersion around the segments corrects the level (`_noise_given`).
+    """
+    x = as_series(values)
+    bounds = _interval_bounds(x, ci_low, ci_high)
+    if bounds is None:
+        return np.zeros(x.size)
+    lo, hi = bounds
+    if log_scale:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            width = np.log(hi) - np.log(lo)
+    else:
+        width = hi - lo
+    return np.asarray((width / (2 * _Z95)) ** 2, dtype=np.float64)
+
+
+# An interval from 3 processes (the product's minimum; benchmarks.stats.combine_processes)
+# carries 2 degrees of freedom: its variance is sd^2 * chi-square(2) / 2.
+_POINT_DOF = 2.0
+
+
+def moderated_variances(s2: FloatArray, prior_dof: float) -> FloatArray:
+    """Each point's variance pooled with the series' typical one (empirical Bayes, as limma
+    moderates per-gene variances): (d0 * s0^2 + d * s_i^2) / (d0 + d).
+
+    An interval from a few processes is an estimate of its own: with 2 degrees of freedom
+    one in a hundred comes out ten times too narrow, and a weighted mean would follow that
+    one point. s0^2 is the median point variance over the chi-square median it would have,
+    d = 2 (the product's minimum of 3 processes), d0 = `prior_dof`. A throttled point's
+    wide interval still weighs it down. A point without an interval (NaN) gets s0^2; when
+    no point has one, all are 0 and the series' scatter is all there is.
+    """
+    known = ~np.isnan(s2)
+    if not np.any(known & (s2 > 0)):
+        return np.zeros(s2.size)
+    d = _POINT_DOF
+    s0 = float(np.median(s2[known])) / (float(stats.chi2.ppf(0.5, d)) / d)
+    if prior_dof == 0:
+        return np.where(known, s2, s0)
+    return np.asarray(np.where(known, (prior_dof * s0 + d * s2) / (prior_dof + d), s0),
+                      dtype=np.float64)
+
+
+def _mean_abs_difference_scale(x: FloatArray) -> float:
+    # Gaussian relation E|d| = sqrt(2/pi) * sd(d), sd(d) = sqrt(2) * sigma.
+    return float(np.mean(np.abs(np.diff(x)))) * math.sqrt(math.pi / 2) / math.sqrt(2)
+
+
+def noise_scale(values: Sequence[float] | FloatArray,
+                variances: Sequence[float] | FloatArray | None = None) -> float:
+    """Point-to-point scatter (standard deviation) beyond the points' own variances.
+
+    Robust to steps and drift. Without variances it is MAD(diff) * 1.4826 / sqrt(2), falling
+    back to the mean absolute difference when more than half the differences are exactly
+    zero (quantised or mostly constant series); 0 only for a constant series, or when the
+    points' own variances explain all the scatter.
     """
     x = as_series(values)
     if x.size < 2:
         return 0.0
+    s2 = np.zeros(x.size) if variances is None else np.asarray(variances, dtype=np.float64)
     d = np.diff(x)
-    mad = float(np.median(np.abs(d - np.median(d))))
-    sigma = _MAD_TO_SD * mad / math.sqrt(2)
-    if sigma == 0.0:
-        # Gaussian relation E|d| = sqrt(2/pi) * sd(d), sd(d) = sqrt(2) * sigma.
-        sigma = float(np.mean(np.abs(d))) * math.sqrt(math.pi / 2) / math.sqrt(2)
-    return sigma
+    d = d - float(np.median(d))
+    d2 = d * d
+    a = s2[:-1] + s2[1:]
+    if not np.any(a > 0):
+        tau2 = float(np.median(d2)) / (2 * _CHI2_1_MEDIAN)
+        return math.sqrt(tau2) if tau2 > 0 else _mean_abs_difference_scale(x)
+
+    def excess(t2: float) -> float:
+        denom = a + 2 * t2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(denom > 0, d2 / np.where(denom > 0, denom, 1.0),
+                             np.where(d2 > 0, np.inf, 0.0))
+        return float(np.median(ratio)) - _CHI2_1_MEDIAN
+
+    if excess(0.0) <= 0:
+        return 0.0
+    upper = float(np.median(d2)) / (2 * _CHI2_1_MEDIAN)
+    if upper <= 0 or excess(upper) > 0:
+        upper = max(upper, float(np.max(d2)))
+    return math.sqrt(float(optimize.brentq(excess, 0.0, upper, xtol=upper * 1e-4)))
+
+
+def _interval_overstatement(x: FloatArray, s2: FloatArray) -> float:
+    """How much of the points' own variances the first differences show, when they show
+    less than all of it: median(d_i^2 / (s_i^2 + s_{i+1}^2)) over the chi-square(1) median,
+    at most 1. Intervals from 3 processes are Student t with 2 degrees of freedom, about
+    twice as wide as 1.96 standard errors: the scatter can be well inside them."""
+    a = s2[:-1] + s2[1:]
+    if x.size < 2 or not np.all(a > 0):
+        return 1.0
+    d = np.diff(x)
+    d = d - float(np.median(d))
+    return min(1.0, float(np.median(d * d / a)) / _CHI2_1_MEDIAN)
 
 
 def _running_median(x: FloatArray, half: int = 2) -> FloatArray:
+    """Centred running median, windows truncated at the ends."""
     n = x.size
-    return np.asarray(
-        [np.median(x[max(0, i - half): min(n, i + half + 1)]) for i in range(n)],
-        dtype=np.float64,
-    )
+    out = np.empty(n)
+    if n > 2 * half:
+        out[half:n - half] = np.median(sliding_window_view(x, 2 * half + 1), axis=1)
+        edges = list(range(half)) + list(range(n - half, n))
+    else:
+        edges = list(range(n))
+    for i in edges:
+        out[i] = np.median(x[max(0, i - half): min(n, i + half + 1)])
+    return out
 
 
-def _clipped(x: FloatArray, sigma: float, k: float) -> FloatArray:
+def _clipped(x: FloatArray, sd: FloatArray, k: float) -> FloatArray:
     m = _running_median(x)
-    return np.asarray(m + np.clip(x - m, -k * sigma, k * sigma), dtype=np.float64)
+    return np.asarray(m + np.clip(x - m, -k * sd, k * sd), dtype=np.float64)
 
 
-def _optimal_partition(z: FloatArray, penalty: float, min_segment: int) -> list[int]:
-    """Exact minimiser of sum of segment L2 costs + penalty per change (PELT's objective).
+def _seeded_intervals(n: int, min_segment: int) -> tuple[npt.NDArray[np.intp],
+                                                         npt.NDArray[np.intp]]:
+    """Starts and ends of the seeded intervals: lengths n, n/2, n/4, ..., each level's
+    intervals overlapping by half, down to the shortest that holds two segments."""
+    starts, ends = [0], [n]
+    k = 1
+    while True:
+        length = math.ceil(n / 2**k)
+        if length < 2 * min_segment:
+            break
+        count = 2 * 2**k - 1
+        s = np.unique(np.round(np.linspace(0, n - length, count)).astype(np.intp))
+        starts.extend(s.tolist())
+        ends.extend((s + length).tolist())
+        k += 1
+    return np.asarray(starts, dtype=np.intp), np.asarray(ends, dtype=np.intp)
 
-    O(n^2) vectorised over the split point; fine for the few hundred points of a series.
-    Returns the change indices (first index of each new segment), ascending.
-    """
-    n = z.size
-    s1 = np.concatenate([[0.0], np.cumsum(z)])
-    s2 = np.concatenate([[0.0], np.cumsum(z * z)])
-    best = np.full(n + 1, np.inf)
+
+def _best_split(sw: FloatArray, swx: FloatArray, lo: int, hi: int,
+                m: int) -> tuple[int, float]:
+    """The split of [lo, hi) with the largest weighted |z|, and that |z|."""
+    split = np.arange(lo + m, hi - m + 1)
+    wa = sw[split] - sw[lo]
+    wb = sw[hi] - sw[split]
+    diff = (swx[hi] - swx[split]) / wb - (swx[split] - swx[lo]) / wa
+    az = np.abs(diff) / np.sqrt(1 / wa + 1 / wb)
+    j = int(np.argmax(az))
+    return int(split[j]), float(az[j])
+
+
+def _split_positions(x: FloatArray, w: FloatArray, min_segment: int,
+                     least_z: float) -> npt.NDArray[np.intp]:
+    """Where a change could be: the best split (weighted |z|) of every seeded interval
+    where that |z| is at least `least_z`."""
+    n = x.size
+    m = min_segment
+    sw = np.concatenate([[0.0], np.cumsum(w)])
+    swx = np.concatenate([[0.0], np.cumsum(w * x)])
+    lo, hi = _seeded_intervals(n, m)
+    counts = hi - lo - 2 * m + 1
+    keep = counts > 0
+    lo, hi, counts = lo[keep], hi[keep], counts[keep]
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    which = np.repeat(np.arange(lo.size), counts)
+    split = lo[which] + m + (np.arange(int(counts.sum())) - offsets[which])
+    l_, r_ = lo[which], hi[which]
+    wa = sw[split] - sw[l_]
+    wb = sw[r_] - sw[split]
+    diff = (swx[r_] - swx[split]) / wb - (swx[split] - swx[l_]) / wa
+    az = np.abs(diff) / np.sqrt(1 / wa + 1 / wb)
+    best = np.maximum.reduceat(az, offsets)
+    at_max = np.flatnonzero(az == np.repeat(best, counts))
+    _, first = np.unique(which[at_max], return_index=True)
+    return np.unique(split[at_max[first]][best >= least_z])
+
+
+def _candidates(x: FloatArray, w: FloatArray, min_segment: int, penalty: float) -> list[int]:
+    """The segmentation minimising the weighted squared error plus `penalty` per change,
+    among the split positions of the seeded intervals (exact dynamic programming over them:
+    O(p^2) for p positions, a few per point at most, instead of O(n^2) over every point)."""
+    n = x.size
+    m = min_segment
+    # Adding a change lowers the cost by its z^2 against its final neighbours; a split that
+    # no interval shows with half the z the penalty asks for does not pay for itself.
+    pos = _split_positions(x, w, m, math.sqrt(penalty) / 2)
+    ends = np.concatenate([[0], pos, [n]])
+    sw = np.concatenate([[0.0], np.cumsum(w)])
+    swx = np.concatenate([[0.0], np.cumsum(w * x)])
+    swxx = np.concatenate([[0.0], np.cumsum(w * x * x)])
+    cw, cwx, cwxx = sw[ends], swx[ends], swxx[ends]
+    best = np.full(ends.size, np.inf)
     best[0] = -penalty
-    last = np.zeros(n + 1, dtype=np.intp)
-    for t in range(min_segment, n + 1):
-        # a segment [s, t) needs t - s >= min_segment, and s == 0 or s >= min_segment
-        s = np.arange(0, t - min_segment + 1)
-        s = s[(s == 0) | (s >= min_segment)]
-        s = s[np.isfinite(best[s])]
-        length = t - s
-        seg_sum = s1[t] - s1[s]
-        cost = (s2[t] - s2[s]) - seg_sum * seg_sum / length
-        total = best[s] + cost + penalty
-        j = int(np.argmin(total))
-        best[t] = total[j]
-        last[t] = s[j]
-    cps: list[int] = []
-    t = n
-    while t > 0:
-        s_ = int(last[t])
-        if s_ > 0:
-            cps.append(s_)
-        t = s_
-    return sorted(cps)
+    last = np.zeros(ends.size, dtype=np.intp)
+    alive = np.zeros(0, dtype=np.intp)  # PELT: starts that can still begin the last segment
+    waiting = 0  # ends[waiting:] are not yet m points behind the current end
+    # the first start at least m points behind each end
+    ready = np.searchsorted(ends, ends - m, side="right")
+    for j in range(1, ends.size):
+        if ready[j] > waiting:
+            new = np.arange(waiting, ready[j])
+            alive = np.concatenate([alive, new[np.isfinite(best[new])]])
+            waiting = int(ready[j])
+        if alive.size == 0:
+            continue
+        segw = cw[j] - cw[alive]
+        segx = cwx[j] - cwx[alive]
+        cost = (cwxx[j] - cwxx[alive]) - segx * segx / segw
+        total = best[alive] + cost
+        k = int(np.argmin(total))
+        best[j], last[j] = total[k] + penalty, alive[k]
+        # A start whose cost alone already exceeds the best with a change can never win
+        # later (the squared-error cost of a segment only grows as it is extended).
+        alive = alive[total <= best[j]]
+    chosen: list[int] = []
+    j = ends.size - 1
+    while j > 0:
+        j = int(last[j])
+        if j > 0:
+            chosen.append(int(ends[j]))
+    return sorted(chosen)
 
 
-# Monte Carlo draws for the null distribution of the largest step statistic (drift guard);
-# above this segment length a Bonferroni bound over the split points is used instead.
-_NULL_DRAWS = 2000
-_NULL_MAX_LENGTH = 400
+@dataclass(frozen=True)
+class _Noise:
+    """The noise model of the points: variance_i = base_i * scale * inflation."""
+
+    scale: float  # residual dispersion over the base variances (moderated towards 1)
+    inflation: float  # (1 + rho) / (1 - rho)
+    dof: float  # degrees of freedom behind the scale
+    slope: float = 0.0  # common linear drift per point (0: none in the model)
+    slope_var: float = 0.0  # its variance
 
 
-def _step_projections(length: int, min_segment: int) -> FloatArray:
-    """Unit vectors u_s: the step at s with level and trend projected out (rows, one per s).
+def _segment_ids(n: int, cps: Sequence[int]) -> npt.NDArray[np.intp]:
+    ids = np.zeros(n, dtype=np.intp)
+    for c in cps:
+        ids[c:] += 1
+    return ids
 
-    For y = level + slope * t + step * 1[t >= s] + noise, the OLS t-statistic of the step
-    is u_s.y / sqrt((|M y|^2 - (u_s.y)^2) / (length - 3)), M the residual maker of the line.
+
+def _noise_given(x: FloatArray, base: FloatArray, cps: Sequence[int],
+                 settings: DetectorSettings, own_share: float) -> _Noise:
+    """The noise around the segments: dispersion, drift and autocorrelation of the residuals.
+
+    `base`: each point's variance as the points' intervals and the first differences say
+    (s_i^2 + tau^2). The residuals around the segment means (and a common drift) say how far
+    off that is overall: their dispersion, pooled with 1 (what `base` claims) as a prior worth
+    `scale_prior_dof` degrees of freedom. A long series speaks for itself, a short one leans
+    on its points' intervals. The drift and the autocorrelation enter the model only where the
+    residuals show them (a trend significant at `trend_p`, a lag-1 autocorrelation at
+    `autocorrelation_p`): each costs a step's worth of power where it is not there.
     """
-    t = np.arange(length, dtype=np.float64)
-    line = np.column_stack([np.ones(length), (t - t.mean()) / length])
-    splits = np.arange(min_segment, length - min_segment + 1)
-    steps = (t[None, :] >= splits[:, None]).astype(np.float64)
-    coef, *_ = np.linalg.lstsq(line, steps.T, rcond=None)
-    resid = steps - (line @ coef).T
-    return resid / np.linalg.norm(resid, axis=1, keepdims=True)
-
-
-def _line_residual_sq(y: FloatArray) -> FloatArray:
-    """|M y|^2 per row of y (rows are series of equal length)."""
-    length = y.shape[-1]
-    t = np.arange(length, dtype=np.float64)
-    tc = (t - t.mean()) / np.linalg.norm(t - t.mean())
-    yc = y - y.mean(axis=-1, keepdims=True)
-    return np.sum(yc * yc, axis=-1) - (yc @ tc) ** 2
-
-
-def _t_stats(u: FloatArray, y: FloatArray) -> FloatArray:
-    a = y @ u.T
-    q = _line_residual_sq(y)
-    rss = np.maximum(q[..., None] - a * a, 1e-300)
-    return np.asarray(a / np.sqrt(rss / (u.shape[1] - 3)))
-
-
-@lru_cache(maxsize=512)
-def _null_max_t(length: int, min_segment: int) -> FloatArray:
-    """Sorted largest |t| of the step over all split points, for trend + Gaussian noise.
-
-    The statistic does not depend on the level, slope or noise scale, so one table per
-    (length, min_segment) serves every series; the fixed seed keeps results reproducible.
-    """
-    u = _step_projections(length, min_segment)
-    rng = np.random.default_rng(20240604)
-    draws = rng.standard_normal((_NULL_DRAWS, length))
-    return np.sort(np.max(np.abs(_t_stats(u, draws)), axis=1))
-
-
-def _step_beyond_trend_p(y: FloatArray, split: int, min_segment: int) -> float:
-    """p-value that y has a step at `split` on top of a linear trend (drift guard).
-
-    The statistic is the step's t in y ~ level + trend + step; its null distribution is
-    that of the LARGEST such t over every split point a search could have picked, because
-    the split was chosen where the data jump most. A plain t-test at the chosen split would
-    let one in a few dozen slow drifts through as a step.
-    """
-    length = y.size
-    if length < 2 * min_segment or length <= 3:
-        return 1.0
-    u = _step_projections(length, min_segment)
-    row = split - min_segment
-    if not 0 <= row < u.shape[0]:
-        return 1.0
-    t_obs = abs(float(_t_stats(u[row:row + 1], y[None, :])[0, 0]))
-    if length > _NULL_MAX_LENGTH:
-        return min(1.0, float(2 * stats.t.sf(t_obs, length - 3)) * u.shape[0])
-    null = _null_max_t(length, min_segment)
-    exceed = null.size - int(np.searchsorted(null, t_obs, side="left"))
-    return (1 + exceed) / (null.size + 1)
+    n = x.size
+    seg = _segment_ids(n, cps)
+    k = len(cps) + 1
+    t = np.arange(n, dtype=np.float64)
+    w = 1.0 / base
+    sw = np.bincount(seg, w, k)
+    xm = (np.bincount(seg, w * x, k) / sw)[seg]
+    tm = (np.bincount(seg, w * t, k) / sw)[seg]
+    tt = float(np.sum(w * (t - tm) ** 2))
+    r = x - xm
+    dof = n - k
+    phi = float(np.sum(w * r * r)) / dof if dof > 0 else 1.0
+    slope = slope_var = 0.0
+    if settings.trend and tt > 0 and dof > 1:
+        b = float(np.sum(w * (t - tm) * r)) / tt
+        r_t = r - b * (t - tm)
+        phi_t = float(np.sum(w * r_t * r_t)) / (dof - 1)
+        if phi_t > 0 and 2 * special.ndtr(-abs(b) / math.sqrt(phi_t / tt)) <= settings.trend_p:
+            slope, r, phi, dof = b, r_t, phi_t, dof - 1
+    inflation = 1.0
+    if settings.autocorrelation and dof > 2:
+        e = r * np.sqrt(w)
+        same = seg[1:] == seg[:-1]
+        denom = float(np.sum(e * e))
+        if denom > 0:
+            raw = float(np.sum((e[:-1] * e[1:])[same])) / denom
+            # Residuals around a mean of L points are anti-correlated by about 1/L:
+            # E[raw] ~ rho - (1 + 3 rho) / L (Kendall); invert with L = n / k.
+            inv_l = k / n
+            rho = (raw + inv_l) / (1 - 3 * inv_l) if inv_l < 1 / 3 else 0.0
+            if special.ndtr(-rho * math.sqrt(dof)) <= settings.autocorrelation_p:
+                rho = min(max(rho, 0.0), _MAX_RHO)
+                inflation = (1 + rho) / (1 - rho)
+    # Only the points' own intervals are information beside the residuals; a scatter
+    # from first differences is the same data again.
+    d0 = settings.scale_prior_dof * own_share
+    scale = (d0 + dof * phi) / (d0 + dof) if d0 + dof > 0 else 1.0
+    if slope:
+        slope_var = scale * inflation / tt
+    return _Noise(max(scale, 1e-12), inflation, max(d0 + dof / inflation, 1.0), slope,
+                  slope_var)
 
 
 @dataclass
@@ -254,6 +512,8 @@ class _Candidate:
     before: float
     after: float
     relative_change: float
+    ci_low: float
+    ci_high: float
     p_value: float
     trend_p: float
     passed: bool
@@ -265,73 +525,184 @@ def _relative(before: float, after: float) -> float:
     return 0.0 if after == 0.0 else math.copysign(1.0, after)
 
 
-def _evaluate(
-    x: FloatArray, xc: FloatArray, lo: int, index: int, hi: int, settings: DetectorSettings
-) -> _Candidate:
-    left, right = x[lo:index], x[index:hi]
-    before, after = float(np.median(left)), float(np.median(right))
-    rel = _relative(before, after)
-    if np.ptp(x[lo:hi]) == 0.0:
-        p = 1.0
-    elif np.ptp(left) == 0.0 and np.ptp(right) == 0.0:
-        # Two constant segments at different levels: as separated as ranks can be.
-        p = float(stats.mannwhitneyu(left, right, alternative="two-sided", method="asymptotic")
-                  .pvalue)
+def _step_given_trend_z(y: FloatArray, w: FloatArray, split: int) -> float:
+    """Weighted least squares z of the step in y ~ level + trend + step (known variances)."""
+    length = y.size
+    t = (np.arange(length) - (length - 1) / 2) / length
+    design = np.column_stack([np.ones(length), t, (np.arange(length) >= split) * 1.0])
+    xtw = design.T * w
+    try:
+        cov = np.linalg.inv(xtw @ design)
+    except np.linalg.LinAlgError:
+        return 0.0
+    beta = cov @ (xtw @ y)
+    return float(beta[2] / math.sqrt(cov[2, 2])) if cov[2, 2] > 0 else 0.0
+
+
+def _two_sided_t(z: float, dof: float) -> float:
+    return float(2 * special.stdtr(dof, -abs(z)))
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """Weights and drift-free values under one noise model, with prefix sums, so that a
+    candidate's two segment levels cost O(1) however long the segments."""
+
+    noise: _Noise
+    w: FloatArray
+    y: FloatArray  # values net of the common drift
+    sw: FloatArray
+    swt: FloatArray
+    swy: FloatArray
+
+    @classmethod
+    def of(cls, xc: FloatArray, base: FloatArray, noise: _Noise) -> _Fit:
+        w = 1.0 / (base * noise.scale * noise.inflation)
+        t = np.arange(xc.size, dtype=np.float64)
+        y = xc - noise.slope * t
+
+        def prefix(a: FloatArray) -> FloatArray:
+            return np.concatenate([[0.0], np.cumsum(a)])
+
+        return cls(noise, w, y, prefix(w), prefix(w * t), prefix(w * y))
+
+
+def _evaluate(fit: _Fit, lo: int, index: int, hi: int, settings: DetectorSettings,
+              log_scale: bool) -> _Candidate:
+    noise = fit.noise
+    wa, wb = fit.sw[index] - fit.sw[lo], fit.sw[hi] - fit.sw[index]
+    # Levels net of the common drift, each at its segment's own weighted time.
+    before = (fit.swy[index] - fit.swy[lo]) / wa
+    after = (fit.swy[hi] - fit.swy[index]) / wb
+    gap = (fit.swt[hi] - fit.swt[index]) / wb - (fit.swt[index] - fit.swt[lo]) / wa
+    se = math.sqrt(1 / wa + 1 / wb + gap * gap * noise.slope_var)
+    dof = noise.dof
+    z = (after - before) / se
+    splits = hi - lo - 2 * settings.min_segment + 1
+    p = min(1.0, _two_sided_t(z, dof) * splits)
+    q = float(special.stdtrit(dof, 0.975))
+    # Report the two levels where they meet: at the change, drift included.
+    before += noise.slope * index
+    after += noise.slope * index
+    if log_scale:
+        before, after = math.exp(before), math.exp(after)
+        rel = after / before - 1
+        ci = (math.expm1(math.log1p(rel) - q * se), math.expm1(math.log1p(rel) + q * se))
     else:
-        p = float(stats.mannwhitneyu(left, right, alternative="two-sided").pvalue)
-    trend_p = (
-        _step_beyond_trend_p(xc[lo:hi], index - lo, settings.min_segment)
-        if settings.drift_guard else 0.0
-    )
-    passed = (
-        p <= settings.max_p_value
-        and abs(rel) >= settings.min_relative_change
-        and trend_p <= settings.max_step_given_trend_p
-    )
-    return _Candidate(index, before, after, rel, p, trend_p, passed)
+        rel = _relative(before, after)
+        scale = abs(before) if before != 0 else 1.0
+        ci = (rel - q * se / scale, rel + q * se / scale)
+    passed = p <= settings.max_p_value and abs(rel) >= settings.min_relative_change
+    trend_p = 0.0  # not needed unless the step passed the rest
+    if passed and settings.drift_guard and hi - lo > 3:
+        zt = _step_given_trend_z(fit.y[lo:hi], fit.w[lo:hi], index - lo)
+        trend_p = min(1.0, _two_sided_t(zt, dof) * splits)
+        passed = trend_p <= settings.max_step_given_trend_p
+    return _Candidate(index, before, after, rel, ci[0], ci[1], p, trend_p, passed)
+
+
+def _confirm(xc: FloatArray, base: FloatArray, cps: list[int], noise: _Noise,
+             settings: DetectorSettings, log_scale: bool) -> tuple[list[int], list[_Candidate]]:
+    """Hunter/Otava's merge step: drop the weakest failing candidate, re-test its
+    neighbours on the merged segments, until every remaining candidate passes. Then each
+    change moves to the split of its final segments where the step is largest (the search
+    picked it among a few positions; between its final neighbours the best split can lie a
+    point or two away), and the merge step runs again if that moved any."""
+    n = xc.size
+    cps = list(cps)
+    m = settings.min_segment
+    fit = _Fit.of(xc, base, noise)
+
+    def evaluate(i: int) -> _Candidate:
+        lo = cps[i - 1] if i > 0 else 0
+        hi = cps[i + 1] if i + 1 < len(cps) else n
+        return _evaluate(fit, lo, cps[i], hi, settings, log_scale)
+
+    cands = [evaluate(i) for i in range(len(cps))]
+    for refinements in range(4):
+        while True:
+            failing = [i for i, c in enumerate(cands) if not c.passed]
+            if not failing:
+                break
+            worst = max(failing,
+                        key=lambda i: (cands[i].p_value, -abs(cands[i].relative_change)))
+            del cps[worst]
+            del cands[worst]
+            for i in (worst - 1, worst):
+                if 0 <= i < len(cps):
+                    cands[i] = evaluate(i)
+        if refinements == 3:
+            break
+        moved = False
+        for i in range(len(cps)):
+            lo = cps[i - 1] if i > 0 else 0
+            hi = cps[i + 1] if i + 1 < len(cps) else n
+            best, _ = _best_split(fit.sw, fit.swy, lo, hi, m)
+            if best != cps[i]:
+                old, cps[i] = cps[i], best
+                if evaluate(i).passed:
+                    moved = True
+                else:
+                    cps[i] = old
+        if not moved:
+            break
+        cands = [evaluate(i) for i in range(len(cps))]
+    return cps, cands
 
 
 def detect_change_points(
     values: Sequence[float] | FloatArray,
     *,
     higher_is_better: bool = True,
+    ci_low: Sequence[float | None] | FloatArray | None = None,
+    ci_high: Sequence[float | None] | FloatArray | None = None,
     settings: DetectorSettings = DEFAULT_SETTINGS,
 ) -> list[ChangePoint]:
     """Level shifts in `values`, oldest first; empty when the series is too short or flat.
 
+    `ci_low`/`ci_high`: each point's 95% interval, aligned with `values` (both or neither;
+    None inside them for a point without an interval of its own).
     A series shorter than 2 * min_segment has no room for a change on both sides.
     """
     settings.check()
-    x = as_series(values)
-    n = x.size
+    raw = as_series(values)
+    bounds = _interval_bounds(raw, ci_low, ci_high)
+    n = raw.size
     m = settings.min_segment
-    if n < 2 * m or np.ptp(x) == 0.0:
+    if n < 2 * m or np.ptp(raw) == 0.0:
         return []
-    sigma = noise_scale(x)
-    xc = _clipped(x, sigma, settings.clip_sigmas)
-    z = np.asarray((xc - float(np.median(xc))) / sigma, dtype=np.float64)
-    cps = _optimal_partition(z, settings.penalty_factor * math.log(n), m)
+    # Speedups, latencies and throughputs are positive and their noise, drift and steps
+    # multiplicative: on the log scale they add up, and a point's interval is symmetric
+    # there (the product's is). Any other series is analysed as it is.
+    log_scale = bool(np.all(raw > 0)) and (
+        bounds is None or not bool(np.any(bounds[0] <= 0)))
+    x = np.log(raw) if log_scale else raw
+    s2 = moderated_variances(point_variances(raw, ci_low, ci_high, log_scale=log_scale),
+                             settings.interval_prior_dof)
+    with_intervals = bool(np.any(s2 > 0))
+    tau = noise_scale(x, s2)
+    if tau == 0.0 and not np.all(s2 > 0):
+        tau = _mean_abs_difference_scale(x)  # points with no spread of their own
+    floor = max(tau * tau, (1e-9 * float(np.max(np.abs(x)))) ** 2, 1e-300)
+    # The intervals' level, as far as the differences contradict it, pooled with what the
+    # intervals claim as a prior worth scale_prior_dof degrees of freedom.
+    d0 = settings.scale_prior_dof
+    phi0 = (d0 + (n - 1) * _interval_overstatement(x, s2)) / (d0 + n - 1)
+    sd = np.sqrt(phi0 * s2 + floor)
+    xc = _clipped(x, sd, settings.clip_sigmas)
+    cps = _candidates(xc, 1.0 / (sd * sd), m, settings.penalty_factor * math.log(n))
     if not cps:
         return []
-
-    def bounds(i: int) -> tuple[int, int]:
-        lo = cps[i - 1] if i > 0 else 0
-        hi = cps[i + 1] if i + 1 < len(cps) else n
-        return lo, hi
-
-    cands = [_evaluate(x, xc, *_with_index(bounds(i), c), settings) for i, c in enumerate(cps)]
-    # Merge step: drop the weakest failing candidate, re-test its neighbours on the merged
-    # segments, repeat until every remaining candidate passes.
-    while True:
-        failing = [i for i, c in enumerate(cands) if not c.passed]
-        if not failing:
+    base = phi0 * s2 + floor
+    own_share = float(np.mean(s2 / base))
+    cands: list[_Candidate] = []
+    for _ in range(10):
+        noise = _noise_given(xc, base, cps, settings, own_share)
+        kept, cands = _confirm(xc, base, cps, noise, settings, log_scale)
+        if kept == cps or not kept:
             break
-        worst = max(failing, key=lambda i: (cands[i].p_value, -abs(cands[i].relative_change)))
-        del cps[worst]
-        del cands[worst]
-        for i in (worst - 1, worst):
-            if 0 <= i < len(cps):
-                cands[i] = _evaluate(x, xc, *_with_index(bounds(i), cps[i]), settings)
+        cps = kept
+    test = TEST_WITH_INTERVALS if with_intervals else TEST_SCATTER_ONLY
     out = []
     for c in cands:
         worse = c.relative_change < 0 if higher_is_better else c.relative_change > 0
@@ -343,10 +714,9 @@ def detect_change_points(
                 after=c.after,
                 relative_change=c.relative_change,
                 p_value=c.p_value,
+                ci_low=c.ci_low,
+                ci_high=c.ci_high,
+                test=test,
             )
         )
     return out
-
-
-def _with_index(bounds: tuple[int, int], index: int) -> tuple[int, int, int]:
-    return bounds[0], index, bounds[1]

@@ -96,8 +96,10 @@ def check_result_document(result: BenchResult, field: str = "result") -> tuple[B
     """The result's spec and series key, after checking the key is the one its spec and
     fingerprint imply; raises InvalidRequest naming the field otherwise.
 
-    `BenchResult.check` already refused impossible numbers; this adds what only the store
-    cares about: the key (a wrong one would file the point under another series) and finite
+    The document's schema (benchmarks.result_schema) already refused wrong types and
+    impossible numbers, or for a result a worker built from its processes,
+    `BenchResult.check`; this adds what only the store cares about: a spec it could have
+    measured, the key (a wrong one would file the point under another series) and finite
     accuracy figures (they become float columns).
     """
     try:

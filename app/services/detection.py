@@ -28,6 +28,7 @@ Called inside the caller's transaction; flushes, never commits. The events it re
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -175,6 +176,13 @@ def _remember(cell: Cell, verdict: CellVerdict | None = None, note: str | None =
     if verdict is not None:
         judgement.update(verdict=verdict.verdict, reasons=list(verdict.reasons),
                          suspect=verdict.suspect)
+        ratio = verdict.ratio
+        if ratio is not None:  # before and after, for CI summaries and the run page
+            comparison = {
+                "baseline_speedup": ratio.baseline_speedup, "speedup": ratio.new_speedup,
+                "ratio": ratio.ratio, "ci_low": ratio.ci_low, "ci_high": ratio.ci_high}
+            if all(math.isfinite(v) for v in comparison.values()):
+                judgement["comparison"] = comparison
     if note is not None:
         judgement["note"] = note
     cell.judgement = judgement

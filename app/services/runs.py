@@ -462,6 +462,25 @@ def fail_cell(session: Session, cell_id: int, reason: str) -> None:
     session.flush()
 
 
+def requeue_contaminated(session: Session, cell_id: int, reason: str,
+                         settings: Settings | None = None) -> tuple[int, str] | None:
+    """A running cell whose measurement was contaminated (a foreign process on its GPU, a
+    throttled GPU) goes back to its queue unsent, to be measured again; returns
+    `(cell_id, queue)` to send. Out of attempts, it fails with the reason (None)."""
+    settings = settings or get_settings()
+    cell = _lock_cell(session, cell_id)
+    if cell is None or cell.status != "running":
+        return None
+    if cell.attempts >= settings.max_cell_attempts:
+        _fail(cell, f"contaminated on all {cell.attempts} attempts, the last: {reason}")
+        return None
+    cell.status = "queued"
+    cell.error = _clip(f"attempt {cell.attempts} contaminated, measured again: {reason}")
+    cell.enqueued_at = None
+    cell.updated_at = _now()
+    return cell.id, cell.queue
+
+
 def _fail(cell: Cell, reason: str) -> None:
     now = _now()
     cell.status = "failed"
@@ -601,10 +620,12 @@ def run_cells(
 def list_runs(
     session: Session, *, project: str | None = None, status: str | None = None,
     branch: str | None = None, limit: int = 50, cursor: int | None = None,
-    access: ProjectAccess = EVERY_PROJECT,
+    access: ProjectAccess = EVERY_PROJECT, revision: str | None = None,
 ) -> tuple[list[Run], int | None]:
     """Newest first; returns (page, next cursor)."""
     query = access.restrict(select(Run), Run.project_id)
+    if revision is not None:
+        query = query.where(Run.revision == revision)
     if project is not None:
         query = query.join(Project, Project.id == Run.project_id).where(Project.name == project)
     if status is not None:

@@ -76,6 +76,9 @@ class Point:
     candidate_median_ms: float | None
     accuracy_passed: bool | None
     installed_versions: dict[str, str]
+    # None: ingested without raw samples, so the interval is the sender's word, not one
+    # measured here (change-point search treats the point as having no interval)
+    samples_per_side: int | None = None
 
 
 POINT_COLUMNS = (
@@ -86,6 +89,7 @@ POINT_COLUMNS = (
     # times in thousands of points, and the driver's per-row JSON decoding was a third of
     # the time of a 10k-point read.
     cast(Result.installed_versions, Text),
+    Result.samples_per_side,
 )
 
 
@@ -94,12 +98,13 @@ def _points(rows: Sequence[Sequence[Any]]) -> list[Point]:
     decoded: dict[str | None, dict[str, str]] = {}
     out = []
     for (result_id, run_id, revision, branch, created_at, speedup, ci_low, ci_high,
-         baseline_ms, candidate_ms, accuracy_passed, versions_text) in rows:
+         baseline_ms, candidate_ms, accuracy_passed, versions_text, samples) in rows:
         versions = decoded.get(versions_text)
         if versions is None:
             versions = decoded[versions_text] = json.loads(versions_text or "{}") or {}
         out.append(Point(result_id, run_id, revision, branch, created_at, speedup, ci_low,
-                         ci_high, baseline_ms, candidate_ms, accuracy_passed, dict(versions)))
+                         ci_high, baseline_ms, candidate_ms, accuracy_passed, dict(versions),
+                         samples))
     return out
 
 

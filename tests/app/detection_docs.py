@@ -27,8 +27,11 @@ def measured(
     spec: BenchSpec | None = None,
     evidence: dict[str, Any] | None = None,
     packages: dict[str, str] | None = None,
+    half_width: float = 0.02,
+    samples: bool = True,
 ) -> BenchResult:
-    """An ok result whose eager rounds run at EAGER_MS and candidate at EAGER_MS / speedup."""
+    """An ok result whose eager rounds run at EAGER_MS and candidate at EAGER_MS / speedup,
+    its interval +-half_width; `samples=False`: ingested without its raw rounds."""
     spec = spec or tiny_spec()
     eager, cand = _rounds(EAGER_MS, 0), _rounds(EAGER_MS / speedup, 3)
 
@@ -41,8 +44,9 @@ def measured(
     value = b.median_ms / c.median_ms
     return BenchResult(
         series_key=spec.series_key("cpu"), spec=spec.to_dict(), status="ok",
-        baseline_samples_ms=eager, candidate_samples_ms=cand, baseline=b, candidate=c,
-        speedup=Speedup(value, value * 0.98, value * 1.02),
+        baseline_samples_ms=eager if samples else [],
+        candidate_samples_ms=cand if samples else [], baseline=b, candidate=c,
+        speedup=Speedup(value, value * (1 - half_width), value * (1 + half_width)),
         accuracy=Accuracy(rel_l2=1e-6, max_abs=1e-5, tolerance=1e-3, passed=True),
         evidence=evidence or {},
         fingerprint={"device_class": "cpu",

@@ -77,8 +77,10 @@ def _doc(**changes: Any) -> dict[str, Any]:
 
 BAD_DOCUMENTS = [
     (_doc(schema_version=99), "schema_version: 99 is not supported"),
-    (_doc(baseline_samples_ms=[[1.0, -2.0]]), "baseline_samples_ms: latency -2.0"),
-    (_doc(candidate_samples_ms=[[1.0, math.nan]]), "candidate_samples_ms: latency nan"),
+    (_doc(baseline_samples_ms=[[1.0, -2.0]]),
+     "result.baseline_samples_ms[0][1]: Input should be greater than 0"),
+    (_doc(candidate_samples_ms=[[1.0, math.nan]]),
+     "result.candidate_samples_ms[0][1]: Input should be a finite number"),
     (_doc(speedup__ci_low=2.0), "speedup: ci_low <= value <= ci_high does not hold"),
     (_doc(series_key="resnet50/onnxruntime/constant/fp32/bs1/static/cpu/tauto/nographs"),
      "result.series_key: 'resnet50/onnxruntime"),
@@ -87,14 +89,15 @@ BAD_DOCUMENTS = [
      "model/backend/weights/precision/bsN/shape/device/tN|tauto/graphs|nographs[/options]"),
     (_doc(fingerprint={"device_class": "nvidia-h100"}), "does not match its spec and fingerprint"),
     (_doc(fingerprint={}), "result.fingerprint.device_class: required"),
-    (_doc(colour="red"), "unknown result fields: colour"),
+    (_doc(colour="red"), "result.colour: unknown field"),
     (_doc(spec__model="resnet9"), "result.spec: model: 'resnet9'"),
     (_doc(accuracy__rel_l2=math.inf), "result.accuracy.rel_l2"),
     # wrong types and numbers no float holds (each was a 500)
-    (_doc(baseline__median_ms="fast"), "baseline.median_ms: 'fast' is not a non-negative"),
-    (_doc(candidate__p95_ms=10**400), "candidate.p95_ms: 1000000000"),
-    (_doc(speedup=[1, 2]), "speedup: expected a JSON object"),
-    (_doc(baseline_samples_ms=[[True]]), "baseline_samples_ms: latency True"),
+    (_doc(baseline__median_ms="fast"), "result.baseline.median_ms: Input should be a valid number"),
+    (_doc(candidate__p95_ms=10**400), "result.candidate.p95_ms: a number no float holds"),
+    (_doc(speedup=[1, 2]), "result.speedup: Input should be a valid dictionary"),
+    (_doc(baseline_samples_ms=[[True]]),
+     "result.baseline_samples_ms[0][0]: Input should be a valid number"),
 ]
 
 

@@ -21,12 +21,12 @@ WIGGLE = (0.000, 0.012, -0.008, 0.005, -0.011, 0.009, -0.004, 0.007, -0.006, 0.0
           -0.009)
 
 
-def seed(client: TestClient, token: str, history: list[tuple[str, float, dict[str, str]]]
-         ) -> list[dict[str, Any]]:
+def seed(client: TestClient, token: str, history: list[tuple[str, float, dict[str, str]]],
+         **measure: Any) -> list[dict[str, Any]]:
     stored = []
     for revision, speedup, packages in history:
         response = client.post("/api/v1/results", headers=bearer(token), json=body(
-            measured(speedup, spec=SPEC, packages=packages), revision))
+            measured(speedup, spec=SPEC, packages=packages, **measure), revision))
         assert response.status_code == 201, response.text
         stored.append(response.json())
     return stored
@@ -64,11 +64,14 @@ def test_a_step_is_attributed_to_the_first_revision_after_it_with_the_package_th
     assert change["versions"] == [
         {"package": "torch-tensorrt", "before": "2.6.0", "after": "2.7.0"}]
     date = change["created_at"][:10]
+    low, high = change["relative_change_ci_low"], change["relative_change_ci_high"]
+    assert low < change["relative_change"] < high < 0
     assert change["sentence"] == (
         f"speedup {change['before']:.2f}x -> {change['after']:.2f}x "
-        f"({change['relative_change']:+.0%}) from revision v2.0 ({date}); "
-        "torch-tensorrt 2.6.0 -> 2.7.0")
-    assert "-36%" in change["sentence"]
+        f"({change['relative_change']:+.0%}; 95% CI {low:+.0%} to {high:+.0%}) from revision "
+        f"v2.0 ({date}); torch-tensorrt 2.6.0 -> 2.7.0")
+    assert "-35%" in change["sentence"]
+    assert "interval" in change["test"]
 
 
 def test_a_flat_history_has_no_change_and_a_step_in_the_code_names_no_package(
@@ -103,3 +106,25 @@ def test_changes_need_a_token_a_known_series_and_a_sane_limit(
         response = client.get(f"/api/v1/series/{KEY}/changes", params={"limit": limit},
                               headers=bearer(read_token))
         assert response.status_code == 422 and "limit" in response.json()["detail"]
+
+
+# sixteen speedups that wiggle by 1% and drop 3% after the eighth
+WIDE_STEP = (2.016, 1.988, 2.004, 1.98, 2.008, 2.02, 1.996, 1.984, 1.9206, 1.9478, 1.9594,
+             1.9361, 1.9245, 1.9516, 1.94, 1.9555)
+
+
+def test_the_search_reads_each_stored_interval_unless_the_result_came_without_samples(
+    client: TestClient, ci_token: str, read_token: str
+) -> None:
+    """Results that each say +-5% cannot show a 3% step among sixteen; the same speedups
+    ingested without raw samples carry only their sender's word, so the search goes by the
+    series' scatter and shows it (as `speedwatch detect` does without intervals)."""
+    history = [(f"v{i}", s, OLD) for i, s in enumerate(WIDE_STEP)]
+    seed(client, ci_token, history, half_width=0.05)
+    assert changes(client, read_token)["changes"] == []
+    seed(client, ci_token, [(f"u{i}", s, OLD) for i, s in enumerate(WIDE_STEP)],
+         half_width=0.05, samples=False)
+    found = changes(client, read_token, limit=16)
+    assert [(c["revision"], c["direction"]) for c in found["changes"]] == [
+        ("u8", "regression")]
+    assert "interval" not in found["changes"][0]["test"]

@@ -301,3 +301,10 @@ def test_a_queued_run_says_when_no_live_worker_consumes_its_queue(
         heartbeat(session, Announcement(name="cpu@h", host="h", pid=1, queues=["cpu"]))
         session.commit()
     assert "no live worker" not in html(pages.get(f"/runs/{seeded.queued_run_id}").text)
+
+
+def test_the_run_page_shows_each_cells_speedup_before_and_after_with_the_change(
+        pages: TestClient, seeded: Seeded) -> None:
+    text = html(pages.get(f"/runs/{seeded.run_ids[-1]}").text)
+    assert re.search(r"\d+\.\d\dx → \d+\.\d\dx \([+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\]\)",
+                     text), text[:2000]

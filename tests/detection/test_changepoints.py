@@ -1,4 +1,5 @@
-"""Change points on literal series: where a level moved, and where it did not."""
+"""Change points on literal series: where a level moved, and where it did not; and what each
+point's own 95% interval changes about it."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import numpy as np
 import pytest
 
 from app.detection.changepoints import (
+    TEST_SCATTER_ONLY,
+    TEST_WITH_INTERVALS,
     DetectorSettings,
     SeriesError,
     detect_change_points,
+    moderated_variances,
     noise_scale,
 )
 
@@ -16,8 +20,14 @@ from app.detection.changepoints import (
 WIGGLE = [0.004, -0.003, 0.001, -0.005, 0.002, 0.005, -0.001, -0.004, 0.003, 0.0]
 
 
-def noisy(level: float, n: int, offset: int = 0) -> list[float]:
-    return [level * (1 + WIGGLE[(i + offset) % len(WIGGLE)]) for i in range(n)]
+def noisy(level: float, n: int, offset: int = 0, scale: float = 1.0) -> list[float]:
+    return [level * (1 + scale * WIGGLE[(i + offset) % len(WIGGLE)]) for i in range(n)]
+
+
+def within(values: list[float], half_width: float) -> dict[str, list[float]]:
+    """Each point's 95% interval, +-half_width relative."""
+    return {"ci_low": [v * (1 - half_width) for v in values],
+            "ci_high": [v * (1 + half_width) for v in values]}
 
 
 def test_clean_ten_percent_drop_is_found_at_the_first_value_after_it() -> None:
@@ -90,9 +100,9 @@ def test_a_slow_linear_drift_is_not_a_change_point() -> None:
 
 
 def test_a_shift_smaller_than_the_minimum_effect_is_ignored() -> None:
-    series = noisy(2.0, 30) + noisy(2.0 * 0.985, 30, offset=4)  # 1.5% drop, very clear
-    assert detect_change_points(series) == []
-    lenient = DetectorSettings(min_relative_change=0.01)
+    series = noisy(2.0, 30, scale=0.1) + noisy(2.0 * 0.993, 30, offset=4, scale=0.1)
+    assert detect_change_points(series) == []  # a 0.7% drop, very clear, below the 1% floor
+    lenient = DetectorSettings(min_relative_change=0.005)
     [cp] = detect_change_points(series, settings=lenient)
     assert cp.index == 30
 
@@ -100,7 +110,11 @@ def test_a_shift_smaller_than_the_minimum_effect_is_ignored() -> None:
 def test_series_too_short_for_two_segments_give_nothing() -> None:
     assert detect_change_points([]) == []
     assert detect_change_points([2.0, 1.0]) == []
-    assert detect_change_points([2.0] * 4 + [1.0] * 3) == []  # min_segment 4 on each side
+    short = [2.0] * 3 + [1.0] * 2  # min_segment 3 on each side
+    assert detect_change_points(short) == []
+    assert detect_change_points(short, **within(short, 0.001)) == []
+    [cp] = detect_change_points([2.0, 2.01, 1.99, 1.5, 1.51, 1.49])
+    assert cp.index == 3
 
 
 def test_heavy_noise_hides_a_small_step_rather_than_inventing_changes() -> None:
@@ -118,3 +132,131 @@ def test_nan_and_infinity_are_refused(bad: list[float]) -> None:
 def test_nested_values_are_refused() -> None:
     with pytest.raises(SeriesError, match="flat list"):
         detect_change_points([[1.0, 2.0]])  # type: ignore[list-item]
+
+
+# ---- each point's own interval --------------------------------------------------------------
+
+def test_a_2_percent_drop_in_points_measured_to_a_tenth_of_a_percent_is_found_with_its_ci(
+) -> None:
+    """16 points, 0.3% scatter: the drop is reported with its size, interval and test."""
+    series = noisy(2.0, 8, scale=0.6) + noisy(1.96, 8, offset=4, scale=0.6)
+    [cp] = detect_change_points(series, **within(series, 0.001))
+    assert (cp.index, cp.direction) == (8, "regression")
+    assert cp.relative_change == pytest.approx(-0.02, abs=0.003)
+    assert cp.ci_low is not None and cp.ci_high is not None
+    assert cp.ci_low < cp.relative_change < cp.ci_high < 0
+    assert cp.test == TEST_WITH_INTERVALS
+    assert cp.p_value is not None and cp.p_value <= DetectorSettings().max_p_value
+
+
+def test_points_that_say_they_are_plus_minus_5_percent_keep_a_3_percent_step_quiet() -> None:
+    """Sixteen points that wiggle by 1%: alone they show a 3% drop; points that each claim
+    +-5% cannot, and the same points measured to +-0.1% can."""
+    series = noisy(2.0, 8, scale=2) + noisy(1.94, 8, offset=3, scale=2)
+    [alone] = detect_change_points(series)
+    assert alone.index == 8 and alone.test == TEST_SCATTER_ONLY
+    assert detect_change_points(series, **within(series, 0.05)) == []
+    [precise] = detect_change_points(series, **within(series, 0.001))
+    assert precise.index == 8
+
+
+def test_a_stretch_of_runs_with_wide_intervals_is_not_a_dip() -> None:
+    """Five throttled runs 10% low, each saying +-15%, amid runs measured to +-0.2%: from
+    the values alone that is a regression and its fix; with the intervals it is nothing."""
+    series = noisy(2.0, 40)
+    for i in range(18, 23):
+        series[i] = 1.8 * (1 + WIGGLE[i % 10])
+    bounds = within(series, 0.002)
+    for i in range(18, 23):
+        bounds["ci_low"][i], bounds["ci_high"][i] = series[i] * 0.85, series[i] * 1.15
+    assert [(c.index, c.direction) for c in detect_change_points(series)] == [
+        (18, "regression"), (23, "improvement")]
+    assert detect_change_points(series, **bounds) == []
+
+
+def test_a_slow_drift_in_precisely_measured_points_is_not_a_change_point() -> None:
+    """6% over 60 runs, each point known to +-0.05%: the drift is far beyond the points'
+    noise, yet it is a trend, not a step."""
+    n = 60
+    drift = [2.0 * (1 + 0.06 * i / (n - 1)) * (1 + 0.1 * WIGGLE[i % 10]) for i in range(n)]
+    assert detect_change_points(drift, **within(drift, 0.0005)) == []
+    stepped = [v * (0.97 if i >= 35 else 1.0) for i, v in enumerate(drift)]
+    [cp] = detect_change_points(stepped, **within(stepped, 0.0005))
+    assert (cp.index, cp.direction) == (35, "regression")
+
+
+def test_a_point_without_an_interval_takes_the_series_typical_one() -> None:
+    series = noisy(2.0, 12) + noisy(1.9, 12, offset=5)
+    bounds: dict[str, list[float | None]] = {k: list(v) for k, v in
+                                             within(series, 0.002).items()}
+    bounds["ci_low"][3] = bounds["ci_high"][3] = None
+    [cp] = detect_change_points(series, **bounds)
+    assert cp.index == 12 and cp.test == TEST_WITH_INTERVALS
+    nowhere: list[float | None] = [None] * len(series)
+    [alone] = detect_change_points(series, ci_low=nowhere, ci_high=nowhere)
+    assert alone.index == 12 and alone.test == TEST_SCATTER_ONLY
+
+
+def test_an_accidentally_tiny_interval_is_pooled_with_the_others() -> None:
+    """From 3 processes an interval has 2 degrees of freedom: one in a hundred comes out ten
+    times too narrow. Pooled with the series' typical variance, no point weighs more than
+    (d0 + 2) / d0 times a typical one."""
+    s2 = np.array([1e-4] * 19 + [0.0])
+    pooled = moderated_variances(s2, prior_dof=4.0)
+    assert pooled[-1] > 0.5 * np.median(pooled)
+    wide = moderated_variances(np.array([1e-4] * 19 + [1e-2]), prior_dof=4.0)
+    assert wide[-1] > 20 * np.median(wide)  # a throttled point's wide interval still counts
+    assert np.array_equal(moderated_variances(np.zeros(5), 4.0), np.zeros(5))
+
+
+def test_points_explained_by_their_intervals_leave_no_scatter_beyond_them() -> None:
+    rng = np.random.default_rng(11)
+    values = 2.0 + 0.01 * rng.standard_normal(200)
+    assert noise_scale(values) == pytest.approx(0.01, rel=0.2)
+    assert noise_scale(values, np.full(200, 0.01**2)) == pytest.approx(0.0, abs=0.003)
+    assert noise_scale(values, np.full(200, 0.006**2)) == pytest.approx(0.008, rel=0.25)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "says"),
+    [
+        ({"ci_low": [1.0] * 10}, "give both or neither"),
+        ({"ci_low": [0.9] * 9, "ci_high": [1.1] * 10}, "ci_low has 9 values"),
+        ({"ci_low": [0.9] * 10, "ci_high": [0.95] * 10}, "not within its interval"),
+        ({"ci_low": [None] + [0.9] * 9, "ci_high": [1.1] * 10}, "both null or both"),
+    ],
+)
+def test_malformed_intervals_are_refused(bounds: dict[str, list[float | None]],
+                                         says: str) -> None:
+    with pytest.raises(SeriesError, match=says):
+        detect_change_points([1.0] * 10, **bounds)  # type: ignore[arg-type]
+
+
+# ---- how often it cries wolf ----------------------------------------------------------------
+
+def test_white_noise_is_rarely_a_change_with_or_without_intervals() -> None:
+    """The step test's threshold counts every split the search could have picked: 300
+    unchanged series of 60 points raise at most a handful of alarms (about 1% allowed)."""
+    rng = np.random.default_rng(4)
+    alone = with_ci = 0
+    for _ in range(300):
+        x = 2.0 * (1 + 0.01 * rng.standard_normal(60))
+        half = 0.01 * np.exp(0.3 * rng.standard_normal(60))
+        alone += bool(detect_change_points(list(x)))
+        with_ci += bool(detect_change_points(list(x), ci_low=list(x * np.exp(-half)),
+                                             ci_high=list(x * np.exp(half))))
+    assert alone <= 3 and with_ci <= 3
+
+
+def test_consecutive_runs_sharing_a_machine_state_are_rarely_a_change() -> None:
+    """AR(1) noise, coefficient 0.6: neighbours alike, no step. The residuals' lag-1
+    autocorrelation widens every segment mean's variance."""
+    rng = np.random.default_rng(3)
+    flagged = 0
+    for _ in range(200):
+        e = np.zeros(60)
+        z = rng.standard_normal(60)
+        for i in range(1, 60):
+            e[i] = 0.6 * e[i - 1] + 0.8 * z[i]
+        flagged += bool(detect_change_points(list(2.0 * (1 + 0.01 * e))))
+    assert flagged <= 8

@@ -79,3 +79,73 @@ def test_missing_file_exits_2(tmp_path: Path) -> None:
     code, _, err = run(["detect", "--input", str(tmp_path / "nope.json")])
     assert code == 2
     assert err.strip().endswith("no such file")
+
+
+def _series(values: list[float], half: float | None, sid: str = "s") -> dict[str, object]:
+    item: dict[str, object] = {"id": sid, "values": values, "higher_is_better": True}
+    if half is not None:
+        item["ci_low"] = [v * (1 - half) for v in values]
+        item["ci_high"] = [v * (1 + half) for v in values]
+    return item
+
+
+# sixteen points that wiggle by 1% and drop 3% after the eighth
+WIDE_STEP = [2.016, 1.988, 2.004, 1.98, 2.008, 2.02, 1.996, 1.984, 1.9206, 1.9478, 1.9594,
+             1.9361, 1.9245, 1.9516, 1.94, 1.9555]
+
+
+def test_intervals_are_read_and_the_output_keys_do_not_change() -> None:
+    """Points that each claim +-5% cannot show a 3% step among ten; without intervals, or
+    measured to +-0.1%, they do. The change point's keys are the documented six."""
+    doc = {"series": [_series(WIDE_STEP, None, "alone"), _series(WIDE_STEP, 0.05, "wide"),
+                      _series(WIDE_STEP, 0.001, "tight")]}
+    code, out, _ = run(["detect", "--input", "-"], json.dumps(doc))
+    assert code == 0
+    found = {s["id"]: s["change_points"] for s in json.loads(out)["series"]}
+    assert [c["index"] for c in found["alone"]] == [8]
+    assert found["wide"] == []
+    [tight] = found["tight"]
+    assert tight["index"] == 8
+    assert list(tight) == ["index", "direction", "before", "after", "relative_change",
+                           "p_value"]
+
+
+def test_explain_adds_the_changes_interval_and_test() -> None:
+    doc = {"series": [_series(WIDE_STEP, 0.001), _series(WIDE_STEP, None, "alone")]}
+    code, out, _ = run(["detect", "--input", "-", "--explain"], json.dumps(doc))
+    assert code == 0
+    tight, alone = (s["change_points"][0] for s in json.loads(out)["series"])
+    assert tight["relative_change_ci_low"] < tight["relative_change"] < (
+        tight["relative_change_ci_high"])
+    assert "interval" in tight["test"] and "interval" not in alone["test"]
+
+
+def test_a_null_interval_is_a_point_without_one() -> None:
+    item = _series(STEP, 0.002)
+    item["ci_low"][3] = item["ci_high"][3] = None  # type: ignore[index]
+    code, out, _ = run(["detect", "--input", "-"], json.dumps({"series": [item]}))
+    assert code == 0
+    assert [c["index"] for c in json.loads(out)["series"][0]["change_points"]] == [14]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"ci_high": None}, "series[0] has ci_low but not ci_high"),
+        ({"ci_low": [1.0]}, "series[0].ci_low has 1 entries, values has 3"),
+        ({"ci_low": [1.0, "x", 1.0]}, "series[0].ci_low[1] is not a number"),
+        ({"ci_low": [0.9, 0.9, 1.5]}, "values[2] 1.0 is outside its interval"),
+        ({"ci_low": [0.9, None, 0.9]}, "point 1 has one interval bound null"),
+    ],
+)
+def test_bad_intervals_exit_2_naming_the_field(change: dict[str, object], says: str) -> None:
+    item: dict[str, object] = {"id": "a", "values": [1.0, 1.0, 1.0], "higher_is_better": True,
+                               "ci_low": [0.9, 0.9, 0.9], "ci_high": [1.1, 1.1, 1.1]}
+    for key, value in change.items():
+        if value is None:
+            del item[key]
+        else:
+            item[key] = value
+    code, out, err = run(["detect", "--input", "-"], json.dumps({"series": [item]}))
+    assert code == 2 and out == ""
+    assert says in err and err.count("\n") == 1

@@ -44,6 +44,10 @@ def test_compose_runs_every_part_with_a_gpu_reserved_for_the_gpu_worker() -> Non
     assert "speedwatch migrate" in " ".join(services["api"]["command"])
     devices = services["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"] and devices[0]["driver"] == "nvidia"
+    # a multi-GPU host: every GPU reserved, one pinned worker each, host pids for NVML
+    assert devices[0]["count"] == "all"
+    assert services["worker-gpu"]["command"][-2:] == ["--gpus", "all"]
+    assert services["worker-gpu"]["pid"] == "host"
     for name in ("api", "beat", "worker-cpu", "worker-hooks", "worker-gpu"):
         env = services[name]["environment"]
         assert env["SPEEDWATCH_EXECUTOR"] == "celery"

@@ -54,9 +54,10 @@ def submit_after_baseline(api_url: str, ci_token: str, settings: Settings, speed
     """Ingest a 2.0x baseline, then `submit --wait` a run whose cell a playing worker
     records at `speedup` (see play_worker); returns the finished CLI process."""
     project, revision = f"cli-{secrets.token_hex(4)}", f"v2-{secrets.token_hex(4)}"
-    # the design the server gives a CPU cell by default, so the run lands in this series
+    # the design the server gives a CPU cell by default, and the one thread `submit` asks
+    # for on the CPU by default, so the run lands in this series
     baseline = body(measured(2.0, spec=tiny_spec(weights="constant",
-                                                 options={"sides": "split"})),
+                                                 options={"sides": "split", "threads": 1})),
                     "v1", project=project)
     posted = httpx.post(f"{api_url}/api/v1/results", json=baseline, headers=bearer(ci_token))
     assert posted.status_code == 201, posted.text

@@ -429,3 +429,37 @@ def test_a_queue_whose_long_cell_keeps_its_heartbeat_is_alive(
     report = reconcile(now=then, settings=settings, enqueue=Sent())
     assert report.failed == []
     assert report.requeued == [waiting_id]
+
+
+def test_a_cell_on_a_queue_this_server_no_longer_has_fails_with_that_reason(
+    session: Session, settings: Settings
+) -> None:
+    """It could never be sent from here; retried every sweep it would only hide the change
+    of configuration (and, sent first, it held up every cell after it)."""
+    run_id, [cell_id] = new_run(session, settings)
+    _set(session, cell_id, queue="gpu-retired")
+    report = reconcile(now=_later(settings, extra_s=NEVER_ENQUEUED_GRACE_S), settings=settings,
+                       enqueue=Sent())
+    assert report.failed == [cell_id]
+    assert (reload_run(session, run_id).cells[0].error or "").startswith(
+        "queue 'gpu-retired' is not configured on this server any more")
+
+
+def test_an_unroutable_group_does_not_hold_up_the_others(
+    session: Session, settings: Settings
+) -> None:
+    from workers.dispatch import enqueue_cells
+
+    queue = f"cpu-route-{secrets.token_hex(4)}"
+    live = settings.model_copy(update={"executor": "celery", "cpu_queue": queue,
+                                       "broker_url": "redis://127.0.0.1:6379/0"})
+    broker = redis.Redis.from_url(live.broker_url)
+    try:
+        with pytest.raises(DispatchError) as refused:
+            enqueue_cells([(1, "nowhere"), (2, queue)], live)
+        assert refused.value.unsent == [1]
+        assert "queue(s) nowhere not configured here" in str(refused.value)
+        assert broker.llen(queue) == 1
+    finally:
+        broker.delete(queue)
+        broker.close()

@@ -30,13 +30,16 @@ def post_result(
     response: Response,
     background: BackgroundTasks,
 ) -> ResultIngestedPublic:
-    """`result` is a BenchResult document. It is checked whole before anything is stored:
-    unknown schema_version, non-positive or NaN latencies, an inverted CI, or a series_key
-    that its spec and fingerprint device_class do not give -> 422. It is filed under this
-    project's "ingest" run for the revision and environment. The verdict is decided after
-    the response is sent (results of one run posted together are judged together, within
-    about half a second): read it from GET /api/v1/runs/{run_id}. A token limited to other
-    projects is a 403."""
+    """`result` is a BenchResult document (schema BenchResultDocument: what `speedwatch
+    bench --json` writes). It is checked whole before anything is stored: a field of the
+    wrong type at any depth, a number that is not finite or no float holds, a list, map or
+    string over its bound, JSON nested too deep, an unknown schema_version, non-positive
+    latencies, an inverted CI, a spec the server cannot measure, or a series_key that its
+    spec and fingerprint device_class do not give -> 422 naming the field. It is filed
+    under this project's "ingest" run for the revision and environment. The verdict is
+    decided after the response is sent (results of one run posted together are judged
+    together, within about half a second): read it from GET /api/v1/runs/{run_id}. A
+    token limited to other projects is a 403."""
     access.check_write(body.project)
     stored, created = ingest_result(session, body, settings)
     session.commit()

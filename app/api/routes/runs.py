@@ -88,12 +88,14 @@ def list_runs(
     project: Annotated[str | None, Query(max_length=100)] = None,
     status: Literal["queued", "running", "done", "failed"] | None = None,
     branch: Annotated[str | None, Query(max_length=200)] = None,
+    revision: Annotated[str | None, Query(max_length=200,
+                                          description="runs of this revision only")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: IdCursor = None,
 ) -> RunListPublic:
     page, next_cursor = run_service.list_runs(
         session, project=project, status=status, branch=branch, limit=limit, cursor=cursor,
-        access=access)
+        access=access, revision=revision)
     counts = run_service.run_summary_counts(session, [r.id for r in page])
     return RunListPublic(
         items=[run_public(r, counts[r.id]) for r in page],

@@ -94,7 +94,9 @@ def change_public(found: AttributedChange) -> ChangePublic:
     cp, after = found.change, found.first_after
     return ChangePublic(
         direction=cp.direction, before=cp.before, after=cp.after,
-        relative_change=cp.relative_change, p_value=cp.p_value, revision=after.revision,
+        relative_change=cp.relative_change, relative_change_ci_low=cp.ci_low,
+        relative_change_ci_high=cp.ci_high, p_value=cp.p_value, test=cp.test,
+        revision=after.revision,
         run_id=after.run_id, result_id=after.result_id, created_at=after.created_at,
         previous_revision=found.last_before.revision,
         versions=[VersionChangePublic(package=v.package, before=v.before, after=v.after)
@@ -114,9 +116,10 @@ def series_change_points(
     limit: Annotated[int, Query(ge=8, le=2000,
                                 description="search the newest this many points")] = 500,
 ) -> SeriesChangesPublic:
-    """Level shifts in the newest `limit` ok points (the `speedwatch detect` method: at
-    least 4 points on each side, so one outlier is never a change), each attributed to the
-    first revision measured after it, with the installed versions that changed."""
+    """Level shifts in the newest `limit` ok points (the `speedwatch detect` method, given
+    each point's stored 95% interval: at least 3 points on each side, so one outlier is never
+    a change), each attributed to the first revision measured after it, with the installed
+    versions that changed."""
     series = series_service.get_series(session, key, project, access)
     points, found = series_changes(session, series, limit=limit)
     return SeriesChangesPublic(

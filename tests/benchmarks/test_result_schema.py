@@ -1,0 +1,92 @@
+"""The measurement core reads documents through the typed schema (benchmarks.result_schema):
+every document the product writes reads back unchanged, a broken one is refused naming the
+field, and the child process that writes documents still runs without pydantic.
+
+tests/benchmarks/documents holds real documents, written by
+`python -m benchmarks.scripts.result_documents DIR --device cpu|cuda` (the cuda ones on an
+H100): one process, adaptive over several processes paired and split, failed, skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.result import BenchResult, ResultError
+from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
+
+DOCUMENTS = Path(__file__).with_name("documents")
+
+
+def real_documents() -> list[tuple[str, dict[str, Any]]]:
+    found = [(p.name, json.loads(p.read_text())) for p in sorted(DOCUMENTS.glob("*.json"))]
+    return [*found, ("result_example.json", DOCUMENT_EXAMPLE)]
+
+
+@pytest.mark.parametrize(("name", "document"), real_documents(),
+                         ids=[name for name, _ in real_documents()])
+def test_every_real_document_reads_back_unchanged(name: str, document: dict[str, Any]) -> None:
+    result = BenchResult.from_dict(document)
+    assert result.to_dict() == document
+    assert json.loads(result.to_json()) == document
+
+
+def test_the_documents_cover_what_the_service_reads() -> None:
+    """GPU evidence (kernel counts, CUDA-graph timing, NVML readings) and what a merge adds
+    (processes, sides, adaptive), so the typed keys are checked against real values."""
+    docs = dict(real_documents())
+    gpu = docs["cuda-adaptive-split.json"]
+    assert set(gpu["evidence"]["kernels_per_inference"]) == {"baseline", "candidate"}
+    assert gpu["evidence"]["timing"]["mode"] == "graphs"
+    assert {"processes", "sides", "adaptive"} <= set(gpu["evidence"])
+    assert {"nvml_start", "nvml_end", "throttled"} <= set(gpu["fingerprint"])
+    assert docs["cuda-single-nographs.json"]["evidence"]["timing"]["mode"] == "nographs"
+    assert {r["status"] for r in docs.values()} == {"ok", "failed", "skipped"}
+
+
+def test_a_broken_document_is_refused_naming_each_field() -> None:
+    doc = json.loads((DOCUMENTS / "cuda-single.json").read_text())
+    doc["evidence"]["kernels_per_inference"]["baseline"] = "x"
+    doc["fingerprint"]["nvml_start"]["power_w"] = float("inf")
+    with pytest.raises(ResultError) as refused:
+        BenchResult.from_json(json.dumps(doc))
+    assert str(refused.value) == (
+        "evidence.kernels_per_inference.baseline: Input should be a valid number; "
+        "fingerprint.nvml_start.power_w: Input should be a finite number")
+
+
+def test_a_ok_document_without_a_speedup_is_refused_unless_it_is_one_side() -> None:
+    doc = json.loads((DOCUMENTS / "cpu-single.json").read_text())
+    doc["speedup"] = None
+    with pytest.raises(ResultError, match=r"^speedup: status 'ok' needs a speedup$"):
+        BenchResult.from_dict(doc)
+    doc["spec"]["options"]["_side"] = "baseline"  # a child of a split measurement
+    assert BenchResult.from_dict(doc).speedup is None
+
+
+def test_the_schema_names_its_bounds_in_the_json_schema() -> None:
+    """What a client reads in the OpenAPI document is what the reader enforces."""
+    schema = BenchResultDocument.model_json_schema()
+    rounds = schema["properties"]["baseline_samples_ms"]
+    assert rounds["maxItems"] and rounds["items"]["maxItems"]
+    assert rounds["items"]["items"] == {"exclusiveMinimum": 0, "type": "number"}
+    evidence = schema["$defs"]["EvidenceDocument"]
+    assert evidence["maxProperties"] and "any JSON value nested at most" in \
+        evidence["additionalProperties"]["description"]
+
+
+def test_the_child_that_writes_documents_runs_without_pydantic() -> None:
+    """Children run where only torch and the backend under test are installed: importing
+    what `python -m benchmarks.child` imports must not load the schema's pydantic."""
+    code = ("import sys, benchmarks.child, benchmarks.runner, benchmarks.backends;"
+            "from benchmarks.result import BenchResult;"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pydantic', 'pydantic_core')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]"
