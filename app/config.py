@@ -75,6 +75,11 @@ class Settings(BaseSettings):
     # workers (the API checks the package, the worker checks it again and imports it).
     model_packages: list[str] = Field(default_factory=list)
     model_path: str = ""
+    # Disk budget of the cached environments of one worker host: after a build, the least
+    # recently used are deleted until the cache fits (never one a cell is measuring in).
+    # 0: no budget. An onnxruntime environment here is about 100 MB; one that had to
+    # install its own torch, several GB.
+    venv_cache_max_bytes: int = Field(default=20 * 1024**3, ge=0)
     cell_timeout_seconds: int = Field(default=1800, ge=10)
     reconcile_after_seconds: int = Field(default=3600, ge=10)
     # Ingested results are judged after the response, coalesced per run over this window:
@@ -113,6 +118,11 @@ class Settings(BaseSettings):
     # True: GET endpoints answer without a token; False: they need a token with `read` scope.
     public_reads: bool = True
     max_matrix_cells: int = Field(default=256, ge=1)
+    # A sweep triggers one run per release in its range (each builds a venv and measures
+    # for a minute or more); a request may ask for fewer, never more.
+    sweep_max_versions: int = Field(default=40, ge=1, le=1000)
+    # A bisect measures one run per step, the good and bad environments included.
+    bisect_max_steps: int = Field(default=16, ge=2, le=1000)
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     # Database connection behaviour: an unreachable or stuck database must become a 503
     # within seconds, not a request that hangs until the client gives up.

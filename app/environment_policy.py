@@ -20,6 +20,9 @@ archives are read only from the worker's model path (relative, never `..`: loadi
 `.pt2` unpickles what it holds); torchvision and timm models are built by name through
 those libraries' own registries.
 
+Release order (`release_order`, `releases_between`) is PEP 440's, as pip's: a sweep's
+versions and a bisect's range are read from the package index and ordered here.
+
 Plain functions of their arguments: no store, no settings lookup, no process started.
 """
 
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+
+from packaging.version import InvalidVersion, Version
 
 from benchmarks import model_ref
 
@@ -150,3 +155,36 @@ def model_refusal(reference: str, model_packages: Sequence[str]) -> str | None:
     listed = ", ".join(model_packages) or "none"
     return (f"package {package!r} is not one this server imports models from (listed in "
             f"SPEEDWATCH_MODEL_PACKAGES: {listed})")
+# ---- release order ------------------------------------------------------------------------
+
+def parse_version(version: str) -> Version:
+    """The version as PEP 440 orders it; PinError if it is not one a pin may name."""
+    if not isinstance(version, str) or PIN_RE.fullmatch(f"x=={version}") is None:
+        raise PinError(f"{version!r} is not a plain release version such as 1.22.0")
+    try:
+        return Version(version)
+    except InvalidVersion:
+        raise PinError(f"{version!r} is not a PEP 440 version") from None
+
+
+def release_order(versions: Iterable[str], *, pre: bool = False) -> list[str]:
+    """The versions oldest first, duplicates and anything a pin could not name left out;
+    pre-releases and dev releases only if `pre`."""
+    seen: dict[Version, str] = {}
+    for text in versions:
+        try:
+            parsed = parse_version(text)
+        except PinError:
+            continue
+        if (parsed.is_prerelease or parsed.is_devrelease) and not pre:
+            continue
+        seen.setdefault(parsed, text)
+    return [seen[v] for v in sorted(seen)]
+
+
+def releases_between(versions: Iterable[str], low: str, high: str, *,
+                     pre: bool = False) -> list[str]:
+    """The versions from `low` to `high` (both included, in whichever order they are
+    given), oldest first; PinError if either bound is not a version."""
+    a, b = sorted((parse_version(low), parse_version(high)))
+    return [v for v in release_order(versions, pre=pre) if a <= Version(v) <= b]

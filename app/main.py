@@ -25,6 +25,7 @@ from app.api.middleware import (
 from app.api.routes import (
     compare,
     docs,
+    environments,
     health,
     metrics,
     projects,
@@ -32,6 +33,7 @@ from app.api.routes import (
     results,
     runs,
     series,
+    sweeps,
     tokens,
     workers,
 )
@@ -87,7 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens,
-                   projects, workers, docs):
+                   projects, workers, docs, sweeps, environments):
         app.include_router(module.router)
     app.include_router(dashboard.router)  # the web pages, at / (issue 5)
     return app

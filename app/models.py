@@ -6,6 +6,7 @@ PostgreSQL run the same migrations and adding a status is a one-line migration.
 
 Shape of the data:
   project 1-n run n-1 environment;  run 1-n cell 1-1 result n-1 series n-1 project
+  project 1-n sweep 1-n run (kind "sweep": one per version a sweep or bisect measured)
 A result always belongs to a cell. Results measured elsewhere (POST /api/v1/results) get an
 "ingest" run per project + revision + environment, and one cell per spec in it.
 """
@@ -32,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeDecorator
 
 RUN_STATUSES = ("queued", "running", "done", "failed")
@@ -41,7 +43,9 @@ CELL_STATUSES = ("queued", "running", "done", "failed", "skipped")
 CELL_TERMINAL = ("done", "failed", "skipped")
 RESULT_STATUSES = ("ok", "failed", "skipped")
 TOKEN_SCOPES = ("read", "ci", "admin")
-RUN_KINDS = ("triggered", "ingest", "confirm")
+RUN_KINDS = ("triggered", "ingest", "confirm", "sweep")
+SWEEP_KINDS = ("sweep", "bisect")
+SWEEP_STATUSES = ("running", "done", "cancelled", "failed")
 REGRESSION_STATUSES = ("open", "acknowledged", "resolved")
 REGRESSION_ACTIVE = ("open", "acknowledged")
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
@@ -119,7 +123,58 @@ class Environment(Base):
     interpreter: Mapped[str | None] = mapped_column(String(64))
     # name -> version as last reported by a worker for this environment
     installed: Mapped[dict[str, str]] = mapped_column(JSONType, default=dict)
+    # The last build of its cached venv a worker reported (workers.environments): host,
+    # seconds, bytes on disk, what pip put into the venv itself; NULL: never built (no
+    # pins, a named interpreter, or no result since builds were recorded).
+    build: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Sweep(Base):
+    """Runs across released versions of one package: a sweep measures every release in a
+    range; a bisect measures releases between a good and a bad environment by binary
+    search until it names the first slower one (app.services.sweeps, sweep_progress).
+
+    Its runs have kind "sweep" and point back here (`runs.sweep_id`); their results are
+    real measurements but never points of their series nor anyone's baseline, so a sweep
+    of old releases cannot rewrite a project's history. `state` holds what a bisect has
+    learnt so far (its steps, the range still in doubt, the answer).
+    """
+
+    __tablename__ = "sweeps"
+    __table_args__ = (
+        Index("ix_sweeps_project_id_id", "project_id", "id"),
+        CheckConstraint(_in("kind", SWEEP_KINDS), name="kind"),
+        CheckConstraint(_in("status", SWEEP_STATUSES), name="status"),
+        CheckConstraint("max_runs >= 1", name="max_runs"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    # the package swept (a sweep), or the first one a bisect follows; PEP 503 normalised
+    package: Mapped[str] = mapped_column(String(100))
+    from_version: Mapped[str | None] = mapped_column(String(64))
+    to_version: Mapped[str | None] = mapped_column(String(64))
+    pre: Mapped[bool] = mapped_column(Boolean, default=False)
+    # pins held fixed in every run (normalised name==version)
+    holds: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    # a sweep: the releases it measures, oldest first, as read from the package index
+    versions: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    matrix: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # the most versions (sweep) or steps (bisect) it may run
+    max_runs: Mapped[int] = mapped_column(Integer)
+    regression_id: Mapped[int | None] = mapped_column(
+        ForeignKey("regressions.id", ondelete="SET NULL", use_alter=True), index=True)
+    state: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    outcome: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str | None] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    project: Mapped[Project] = relationship(lazy="joined", innerjoin=True)
 
 
 class Run(Base):
@@ -153,6 +208,9 @@ class Run(Base):
     # re-measures (app.services.confirmation); NULL for every other kind.
     confirms_cell_id: Mapped[int | None] = mapped_column(
         ForeignKey("cells.id", ondelete="CASCADE", use_alter=True), index=True)
+    # kind "sweep": the sweep or bisect that made it; NULL for every other kind.
+    sweep_id: Mapped[int | None] = mapped_column(
+        ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -319,10 +377,20 @@ class Result(Base):
     # of their series, nor anyone's baseline (see app.services.series, detection).
     confirms_result_id: Mapped[int | None] = mapped_column(
         ForeignKey("results.id", ondelete="CASCADE"))
+    # Set on a result of a sweep's or bisect's run (kind "sweep"): measured at an old or
+    # intermediate release on purpose, so, like a re-measure, no point of its series.
+    sweep_id: Mapped[int | None] = mapped_column(
+        ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     cell: Mapped[Cell] = relationship(back_populates="result")
     series: Mapped[Series] = relationship()
+
+
+def series_point() -> ColumnElement[bool]:
+    """Results that are points of their series' history (and so may be a baseline): not a
+    confirmation's re-measure, not a sweep's or bisect's measurement of another release."""
+    return (Result.confirms_result_id.is_(None)) & (Result.sweep_id.is_(None))
 
 
 class ApiToken(Base):

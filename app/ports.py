@@ -13,6 +13,10 @@ start-up (`workers.dispatch.install()`), from its composition root:
 A process with nothing wired behaves as if the broker were down: `cell_queue()` and
 `delivery_queue()` raise QueueNotWired, the callers log a warning and leave the cells
 queued and the deliveries pending, and the reconciler sends them later.
+
+A third port, `package_index()`, lists the released versions of a package as pip sees
+them (a sweep's and a bisect's versions): the workers' pip configuration decides which
+index that is (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf), so a private mirror works.
 """
 
 from __future__ import annotations
@@ -42,6 +46,19 @@ class DeliveryQueue(Protocol):
         (the caller leaves them pending)."""
 
 
+class PackageIndex(Protocol):
+    """Where released versions of a package are read from (pip's configured index)."""
+
+    def versions(self, package: str, *, pre: bool, settings: Settings) -> list[str]:
+        """Every version of `package` with a wheel this interpreter can install, in any
+        order; pre-releases only if `pre`. [] when the index has none; raise
+        PackageIndexError when the index cannot be read."""
+
+
+class PackageIndexError(RuntimeError):
+    """The package index could not be read (unreachable, misconfigured); safe to show."""
+
+
 class QueueNotWired(RuntimeError):
     """No executor was wired into this process, so nothing can be sent from it."""
 
@@ -50,15 +67,17 @@ class QueueNotWired(RuntimeError):
 class _Wiring:
     cells: CellQueue
     deliveries: DeliveryQueue
+    index: PackageIndex | None = None
 
 
 _wiring: _Wiring | None = None
 
 
-def wire(*, cells: CellQueue, deliveries: DeliveryQueue) -> None:
+def wire(*, cells: CellQueue, deliveries: DeliveryQueue,
+         index: PackageIndex | None = None) -> None:
     """Install the queues every later send in this process goes through (idempotent)."""
     global _wiring
-    _wiring = _Wiring(cells, deliveries)
+    _wiring = _Wiring(cells, deliveries, index)
 
 
 def unwire() -> None:
@@ -79,3 +98,10 @@ def delivery_queue() -> DeliveryQueue:
         raise QueueNotWired("no webhook delivery queue is wired in this process "
                             "(workers.dispatch.install() wires it)")
     return _wiring.deliveries
+
+
+def package_index() -> PackageIndex:
+    if _wiring is None or _wiring.index is None:
+        raise PackageIndexError("no package index is wired in this process "
+                                "(workers.dispatch.install() wires pip's)")
+    return _wiring.index

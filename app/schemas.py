@@ -208,6 +208,67 @@ class ResultIngest(StrictModel):
         "--json` writes), checked whole before anything is stored")
 
 
+PackageName = Annotated[str, Field(min_length=1, max_length=100,
+                                   pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$",
+                                   examples=["onnxruntime"])]
+VersionText = Annotated[str, Field(min_length=1, max_length=64,
+                                   pattern=r"^[0-9][0-9A-Za-z.+!-]*$", examples=["1.16.0"])]
+
+
+class SweepCreate(StrictModel):
+    """One run per released version of `package` from `from_version` to `to_version`
+    (both included), as the package index the workers' pip is configured with lists them,
+    oldest first; every run holds `holds` fixed and measures `matrix`."""
+
+    project: ProjectName
+    package: PackageName = Field(description="an allowlisted package (SPEEDWATCH_ENV_ALLOWLIST)")
+    from_version: VersionText
+    to_version: VersionText
+    pre: bool = Field(default=False, description="include pre-releases and dev releases")
+    holds: list[str] = Field(default_factory=list, max_length=31,
+                             description="pins held fixed in every run (name==version)",
+                             examples=[["numpy==1.26.4"]])
+    max_versions: int | None = Field(
+        default=None, ge=1, le=1000, description="refuse a range with more releases than "
+        "this (default and upper bound: the server's sweep_max_versions)")
+    matrix: MatrixIn
+
+
+class BisectCreate(StrictModel):
+    """Find the first release that made a series slower: either a confirmed regression
+    (`regression_id`: its baseline result's environment is good, the result that opened it
+    bad) or two environments named here (`good`, `bad` pins and a one-cell `matrix`)."""
+
+    project: ProjectName
+    regression_id: int | None = Field(default=None, ge=1, le=ID_MAX)
+    good: list[str] | None = Field(default=None, max_length=32,
+                                   examples=[["onnxruntime==1.16.0"]])
+    bad: list[str] | None = Field(default=None, max_length=32,
+                                  examples=[["onnxruntime==1.22.0"]])
+    matrix: MatrixIn | None = Field(default=None, description="with good/bad: the one cell "
+                                    "(model, backend, weights...) to bisect")
+    packages: list[PackageName] | None = Field(
+        default=None, max_length=32, description="bisect only these of the packages that "
+        "differ (default: every allowlisted one that differs)")
+    pre: bool = Field(default=False, description="include pre-releases in the search")
+    max_steps: int | None = Field(
+        default=None, ge=2, le=1000, description="runs at most, the two environments "
+        "included (default and upper bound: the server's bisect_max_steps)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> BisectCreate:
+        named = self.good is not None or self.bad is not None
+        if (self.regression_id is None) == (not named):
+            raise ValueError("give either regression_id, or good and bad")
+        if named and (self.good is None or self.bad is None):
+            raise ValueError("give both good and bad")
+        if named and self.matrix is None:
+            raise ValueError("matrix: required with good and bad")
+        if self.regression_id is not None and self.matrix is not None:
+            raise ValueError("matrix: a regression's bisect measures its own series")
+        return self
+
+
 # ---- responses ----------------------------------------------------------------------------
 
 class FieldErrorPublic(BaseModel):
@@ -225,6 +286,30 @@ class EnvironmentPublic(PublicModel):
     pins: list[str]
     interpreter: str | None
     installed: dict[str, str]
+
+
+class EnvironmentBuildPublic(BaseModel):
+    """The last build of an environment's cached venv that a worker reported."""
+
+    host: str | None = None
+    seconds: float | None = Field(default=None, description="venv + pip install + checks")
+    size_bytes: int | None = Field(default=None, description="the venv on disk")
+    built_at: str | None = None
+    venv_packages: dict[str, str] = Field(
+        default_factory=dict, description="what pip installed into the venv: the pins and "
+        "the companions they needed beyond the worker's own packages")
+
+
+class EnvironmentDetailPublic(EnvironmentPublic):
+    runs: int = Field(description="runs (of the projects you may read) that used it")
+    projects: list[str] = Field(description="those runs' projects")
+    build: EnvironmentBuildPublic | None = Field(
+        description="null: no build reported yet")
+
+
+class EnvironmentListPublic(BaseModel):
+    items: list[EnvironmentDetailPublic]
+    next_cursor: int | None = Field(description="pass as `cursor` for the next page")
 
 
 class ProgressPublic(BaseModel):
@@ -363,7 +448,9 @@ class CellPublic(BaseModel):
 class RunPublic(BaseModel):
     id: int
     project: str
-    kind: Literal["triggered", "ingest", "confirm"]
+    kind: Literal["triggered", "ingest", "confirm", "sweep"] = Field(
+        description="sweep: measured for a sweep or bisect (sweep_id); no point of its "
+        "series")
     revision: str
     branch: str | None
     trigger: str
@@ -377,6 +464,7 @@ class RunPublic(BaseModel):
                                "cell took to decide)")
     environment: EnvironmentPublic
     progress: ProgressPublic
+    sweep_id: int | None = None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -593,3 +681,96 @@ class SeriesChangesPublic(BaseModel):
     searched_points: int = Field(description="the newest ok points searched (at most limit)")
     searched_from: datetime | None = Field(description="the oldest searched point's date")
     changes: list[ChangePublic] = Field(description="oldest first")
+
+
+# ---- sweeps and bisects -------------------------------------------------------------------
+
+class SweepCellPublic(BaseModel):
+    series_key: str
+    weights: str
+    status: str
+    speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    error: str | None = Field(description="why the cell has no speedup")
+
+
+class SweepRunPublic(BaseModel):
+    """One version's run."""
+
+    version: str = Field(description="the swept package's version in this run")
+    run_id: int
+    pins: list[str]
+    status: Literal["queued", "running", "done", "failed"]
+    verdict: Literal["pass", "regression", "inconclusive", "error"] | None
+    installed: dict[str, str] = Field(description="versions the worker found installed")
+    cells: list[SweepCellPublic]
+
+
+class SweepChangePublic(BaseModel):
+    """A change of speedup between two consecutive measured releases beyond the CIs and
+    the threshold."""
+
+    weights: str
+    before: str
+    after: str
+    change: float = Field(description="after / before speedup - 1")
+    change_low: float
+    change_high: float
+    direction: Literal["regression", "improvement"]
+
+
+class BisectStepPublic(BaseModel):
+    n: int
+    role: Literal["good", "bad", "probe", "bisect"] = Field(
+        description="good/bad: the two environments; probe: one package alone at its bad "
+        "version; bisect: a release in between")
+    package: str | None
+    version: str | None
+    pins: list[str]
+    run_id: int | None
+    status: str = Field(description="the run's status")
+    outcome: Literal["good", "bad", "inconclusive", "failed"] | None = Field(
+        description="null while measuring")
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    change: float | None = Field(default=None, description="against the good environment")
+    change_low: float | None = None
+    change_high: float | None = None
+    sentence: str | None = None
+
+
+class SweepPublic(BaseModel):
+    id: int
+    project: str
+    kind: Literal["sweep", "bisect"]
+    status: Literal["running", "done", "cancelled", "failed"]
+    package: str
+    from_version: str | None
+    to_version: str | None
+    pre: bool
+    holds: list[str]
+    versions: list[str] = Field(description="sweep: the releases measured, oldest first")
+    max_runs: int = Field(description="versions (sweep) or steps (bisect) at most")
+    regression_id: int | None
+    outcome: str | None = Field(description="done: what it found; a bisect's answer")
+    progress: ProgressPublic = Field(description="its runs by status")
+    created_by: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class SweepDetailPublic(SweepPublic):
+    runs: list[SweepRunPublic] = Field(description="sweep: one per version, oldest first")
+    changes: list[SweepChangePublic] = Field(
+        description="sweep: consecutive releases whose speedups differ beyond the CIs and "
+        "the threshold")
+    steps: list[BisectStepPublic] = Field(description="bisect: its steps in order")
+    warning: str | None = Field(default=None, description="set on creation when the cells "
+                                "could not be handed to the executor yet")
+
+
+class SweepListPublic(BaseModel):
+    items: list[SweepPublic]
+    next_cursor: int | None = Field(description="pass as `cursor` for the next page")

@@ -15,6 +15,11 @@ Also test-only, and also only with SPEEDWATCH_ALLOW_FAULTS=1: SPEEDWATCH_FAULT_S
 (`run_spec(slow_candidate=)`), a real drop of the speedup. It comes from the environment,
 not the spec, so a test can give one named interpreter (a wrapper script that sets it) a
 slower "environment" than another, as an upgraded backend would be.
+
+Likewise test-only: SPEEDWATCH_FAULT_SLOW_MODULE names a module whose `SLOW_CANDIDATE`
+(a fraction) is added to that slowdown, so an installed package's version decides how slow
+the candidate is: a bisect can be tested against real pip installs of a package whose
+release 1.x "regressed". A module that is not installed adds nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 FAULT_ENV = "SPEEDWATCH_ALLOW_FAULTS"
 FAULTS = ("segfault", "hang", "oom", "raise")
 SLOW_CANDIDATE_ENV = "SPEEDWATCH_FAULT_SLOW_CANDIDATE"
+SLOW_MODULE_ENV = "SPEEDWATCH_FAULT_SLOW_MODULE"
 # Set by benchmarks.isolation to its own pid: the process this child must not outlive.
 SUPERVISOR_ENV = "SPEEDWATCH_SUPERVISOR_PID"
 
@@ -89,6 +95,27 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def slow_candidate_fault() -> float:
+    """The test-only candidate slowdown asked for by the environment (module docstring)."""
+    asked = [name for name in (SLOW_CANDIDATE_ENV, SLOW_MODULE_ENV) if os.environ.get(name)]
+    if not asked:
+        return 0.0
+    if os.environ.get(FAULT_ENV) != "1":
+        print(f"ignoring {', '.join(asked)}: {FAULT_ENV} is not set", file=sys.stderr)
+        return 0.0
+    slow = float(os.environ.get(SLOW_CANDIDATE_ENV) or 0.0)
+    module_name = os.environ.get(SLOW_MODULE_ENV)
+    if module_name:
+        import importlib
+
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            return slow
+        slow += float(getattr(module, "SLOW_CANDIDATE", 0.0))
+    return slow
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m benchmarks.child SPEC.json OUT.json", file=sys.stderr)
@@ -110,13 +137,7 @@ def main(argv: list[str]) -> int:
 
     from benchmarks.runner import run_spec
 
-    slow = 0.0
-    if os.environ.get(SLOW_CANDIDATE_ENV):
-        if os.environ.get(FAULT_ENV) == "1":
-            slow = float(os.environ[SLOW_CANDIDATE_ENV])
-        else:
-            print(f"ignoring {SLOW_CANDIDATE_ENV}: {FAULT_ENV} is not set", file=sys.stderr)
-    result = run_spec(spec, slow_candidate=slow)
+    result = run_spec(spec, slow_candidate=slow_candidate_fault())
     _write_atomic(out_path, result.to_json())
     return 0
 

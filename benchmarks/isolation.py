@@ -308,6 +308,14 @@ class AdaptiveMeasurement:
             raise RuntimeError("the measurement is not done: call step() until done")
         return self._final
 
+    def cancel(self, reason: str) -> None:
+        """End the measurement before its next child: its result is a failure saying
+        `reason` (a cancelled sweep, say). The processes measured so far are dropped, since
+        a cell stopped half way would read as one measured to its decision."""
+        if self._final is None:
+            self._final = _failed(self.spec, f"{reason} (after {len(self._results)} "
+                                  "processes)", "", self._started)
+
     def _finish(self) -> None:
         merged, decision, reference = self._merged, self._decision, self._reference
         assert merged is not None
@@ -345,10 +353,21 @@ def run_adaptive_interleaved(
     minutes apart would disagree beyond their intervals. Measuring one cell after another
     cannot give that; it costs nothing extra, since the children are the same.
 
-    `after_each(i)` is called after every child (i: the measurement that ran it);
-    `on_done(i, result)` once when measurement i finishes, so a caller can store it
-    while the others go on.
+    `after_each(i)` is called after every child (i: the measurement that ran it); it may
+    cancel any of the measurements (`AdaptiveMeasurement.cancel`). `on_done(i, result)`
+    once when measurement i finishes, however it finished (its last child, a cancel, or
+    an invalid spec before any child), so a caller can store it while the others go on.
     """
+    reported: set[int] = set()
+
+    def report() -> None:
+        for k, finished in enumerate(measurements):
+            if finished.done and k not in reported:
+                reported.add(k)
+                if on_done is not None:
+                    on_done(k, finished.result())
+
+    report()
     turn = 0
     while not all(m.done for m in measurements):
         order = range(len(measurements))
@@ -359,8 +378,7 @@ def run_adaptive_interleaved(
             m.step()
             if after_each is not None:
                 after_each(i)
-            if m.done and on_done is not None:
-                on_done(i, m.result())
+            report()
         turn += 1
     return [m.result() for m in measurements]
 

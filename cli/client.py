@@ -72,6 +72,19 @@ class Api:
     def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         return self._call("GET", path, params=params)
 
+    def sweep(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/api/v1/sweeps", json=body)
+
+    def bisect(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/api/v1/bisects", json=body)
+
+    def get_sweep(self, sweep_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/api/v1/sweeps/{sweep_id}")
+
+    def cancel_sweep(self, sweep_id: int) -> dict[str, Any]:
+        return self._call("POST", f"/api/v1/sweeps/{sweep_id}/cancel")
+
+
 
 def flag_for(field: str, flags: Mapping[str, str]) -> str:
     """`matrix.batch_sizes[1]` -> `--batch (value 2)` when the caller knows the flag; the

@@ -9,14 +9,14 @@
 | cli.detect    | detect                                    |
 | cli.worker    | worker, beat                              |
 | cli.bench     | bench                                     |
+| cli.sweep     | sweep, bisect, cancel                     |
 """
 
 from __future__ import annotations
 
 import typer
 
-from cli import bench, detect, policy, report, service, submit, worker
-
+from cli import bench, detect, policy, report, service, submit, sweep, worker
 
 def _settings_epilog() -> str:
     """Every setting's environment variable, from the settings class itself (so the list
@@ -38,7 +38,7 @@ cli = typer.Typer(
 )
 
 # Each module exposes `register(cli: typer.Typer) -> None`; the order is the help's order.
-for _group in (bench, service, submit, report, worker, detect, policy):
+for _group in (bench, service, submit, report, sweep, worker, detect, policy):
     _group.register(cli)
 
 

@@ -30,6 +30,7 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     from app.db import session_scope
     from app.services.runs import claim_cell, fail_cell, record_result
     from benchmarks.isolation import run_interleaved
+    from workers.environments import in_use
     from workers.tasks import _annotate, _cell_environment, _reason, model_env, resolve_python
 
     ids = (pair.candidate_cell_id, pair.baseline_cell_id)
@@ -49,9 +50,10 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     outcome = "failed"
     try:
         pythons = [resolve_python(e.pins, e.interpreter, settings) for e in envs]
-        results = run_interleaved(spec, pythons, timeout_s=float(settings.cell_timeout_seconds),
-                                  env=model_env(settings),
-                                  after_each=lambda: _heartbeat(ids, settings))
+        with in_use(pythons):  # no eviction while they measure
+            results = run_interleaved(
+                spec, pythons, timeout_s=float(settings.cell_timeout_seconds),
+                env=model_env(settings), after_each=lambda: _heartbeat(ids, settings))
         for result, env, python in zip(results, envs, pythons, strict=True):
             _annotate(result, env, python)
         with session_scope(settings) as session:

@@ -159,5 +159,9 @@ class CeleryDeliveryQueue:
 
 
 def install() -> None:
-    """Wire this package's executors into the service's ports (idempotent)."""
-    ports.wire(cells=ExecutorCellQueue(), deliveries=CeleryDeliveryQueue())
+    """Wire this package's executors and pip's package index into the service's ports
+    (idempotent)."""
+    from workers.environments import PipPackageIndex
+
+    ports.wire(cells=ExecutorCellQueue(), deliveries=CeleryDeliveryQueue(),
+               index=PipPackageIndex())

@@ -91,6 +91,7 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
     from app.services.runs import claim_cell, finish_run_if_complete
     from benchmarks.isolation import AdaptiveMeasurement, run_adaptive_interleaved
     from workers.confirm import _heartbeat, execute_confirmation
+    from workers.environments import in_use
 
     settings = settings or get_settings()
     outcomes: dict[int, str] = {}
@@ -153,6 +154,7 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
                 outcomes[c.cell_id] = _measure_again(c, f"before the cell: {busy}", settings)
             return outcomes
         guard.start()
+    index = {c.cell_id: i for i, c in enumerate(claimed)}
 
     def stored(i: int, result: BenchResult) -> None:
         c = claimed[i]
@@ -166,10 +168,15 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
         else:
             outcomes[c.cell_id] = _store(c, result, settings)
 
+    def after_each(_i: int) -> None:
+        _heartbeat(tuple(sorted(live)), settings)
+        for cell_id, sweep_id in _cancelled(sorted(live), settings).items():
+            measurements[index[cell_id]].cancel(f"cancelled: sweep {sweep_id} was cancelled "
+                                                "while this cell was measuring")
+
     try:
-        run_adaptive_interleaved(
-            measurements, after_each=lambda _i: _heartbeat(tuple(sorted(live)), settings),
-            on_done=stored)
+        with in_use(c.python for c in claimed):  # no eviction while they measure
+            run_adaptive_interleaved(measurements, after_each=after_each, on_done=stored)
     except SoftTimeLimitExceeded:
         for cell_id in sorted(live):
             _fail(cell_id, "task time limit reached (environment build or benchmark too slow)",
@@ -204,6 +211,20 @@ def _measure_again(claimed: _Claimed, reason: str, settings: Settings) -> str:
     if warning is not None:
         log.warning("cell %s not sent again yet: %s", claimed.cell_id, warning)
     return "contaminated"
+
+
+def _cancelled(cell_ids: list[int], settings: Settings) -> dict[int, int]:
+    """Cells of a cancelled sweep among `cell_ids` (never raises: a lookup that fails
+    cancels nothing, the cells go on measuring)."""
+    from app.db import session_scope
+    from app.services.sweep_progress import cancelled_cells
+
+    try:
+        with session_scope(settings) as session:
+            return cancelled_cells(session, cell_ids)
+    except Exception as exc:
+        log.warning("could not check cells %s for a cancelled sweep: %s", cell_ids, exc)
+        return {}
 
 
 def _store(claimed: _Claimed, result: BenchResult, settings: Settings) -> str:
@@ -279,7 +300,8 @@ def resolve_python(
         except InterpreterError as exc:  # a cell's reason names the build step that refused
             raise EnvironmentBuildError(str(exc)) from None
     return materialize(pins, allowlist=settings.env_allowlist,
-                       cache_dir=settings.venv_cache_dir)
+                       cache_dir=settings.venv_cache_dir,
+                       max_bytes=settings.venv_cache_max_bytes)
 
 
 def _run_of(session: Any, cell_id: int) -> int | None:
@@ -304,12 +326,15 @@ def _cell_environment(session: Any, cell_id: int) -> CellEnvironment:
 def _annotate(result: Any, env: CellEnvironment, python: str) -> None:
     """Store what the cell asked for beside what the child found installed."""
     from app.environment_policy import normalize_name
-    from workers.environments import installed_versions
+    from workers.environments import build_record, installed_versions
 
     fingerprint = result.fingerprint
     fingerprint["environment"] = {
         "requested": env.pins, "interpreter": env.interpreter, "python": python,
     }
+    build = build_record(python)
+    if build is not None:
+        fingerprint["environment"]["build"] = build
     if env.pins:
         installed = installed_versions(python)
         packages = dict(fingerprint.get("packages") or {})

@@ -41,6 +41,7 @@ def run_public(run: Run, counts: Counter[str]) -> RunPublic:
         reasons=list(run.reasons or []),
         environment=EnvironmentPublic.model_validate(run.environment),
         progress=progress(counts),
+        sweep_id=run.sweep_id,
         created_at=run.created_at,
         started_at=run.started_at,
         finished_at=run.finished_at,

@@ -378,3 +378,105 @@ def sparkline_svg(values: Sequence[float], *, width: int = 120, height: int = 28
             f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}"/>'
             f'<circle cx="{pad + (len(values) - 1) * step:.1f}" cy="{y(values[-1]):.1f}" '
             f'r="2.5" fill="{colour}"/></svg>')
+
+
+# ---- sweeps and bisects -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VersionPoint:
+    """One release's speedup in a sweep (or a bisect's step)."""
+
+    version: str
+    speedup: float
+    ci_low: float
+    ci_high: float
+    note: str = ""  # hover text: run, pins, a step's verdict
+
+
+def sweep_figure(versions: Sequence[str], traces: Sequence[tuple[str, Sequence[VersionPoint]]],
+                 *, package: str, empty_reason: str) -> Chart:
+    """Speedup per release, releases on the x axis in release order (every release of the
+    sweep, measured or not, so a gap shows), one line per weight representation with its
+    95% CI as whiskers and a band."""
+    if not any(points for _, points in traces):
+        return Chart(None, empty_reason)
+    data: list[Figure] = []
+    for index, (label, points) in enumerate(traces):
+        if not points:
+            continue
+        colour = _colour(label, index)
+        x = [plotly_text(p.version) for p in points]
+        data.append({"type": "scatter", "x": x, "y": [p.ci_high for p in points],
+                     "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip",
+                     "showlegend": False, "legendgroup": label})
+        data.append({"type": "scatter", "x": x, "y": [p.ci_low for p in points],
+                     "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
+                     "fillcolor": _rgba(colour, 0.15), "hoverinfo": "skip",
+                     "name": f"{plotly_text(label)}: 95% CI", "legendgroup": label})
+        data.append({
+            "type": "scatter", "x": x, "y": [p.speedup for p in points],
+            "mode": "lines+markers", "name": f"weights {plotly_text(label)}",
+            "legendgroup": label, "line": {"color": colour, "width": 2},
+            "marker": {"size": 7, "color": colour},
+            "error_y": {"type": "data", "symmetric": False,
+                        "array": [p.ci_high - p.speedup for p in points],
+                        "arrayminus": [p.speedup - p.ci_low for p in points],
+                        "color": colour, "thickness": 1.2, "width": 3},
+            "customdata": [[p.ci_low, p.ci_high, plotly_text(p.note)] for p in points],
+            "hovertemplate": (f"<b>weights {plotly_text(label)}</b><br>"
+                              f"{plotly_text(package)} %{{x}}<br>speedup %{{y:.3f}}x "
+                              "(CI %{customdata[0]:.3f}-%{customdata[1]:.3f})<br>"
+                              "%{customdata[2]}<extra></extra>"),
+        })
+    layout = _layout(
+        xaxis={"title": {"text": f"{plotly_text(package)} release (oldest first)"},
+               "type": "category", "categoryorder": "array",
+               "categoryarray": [plotly_text(v) for v in versions], "gridcolor": "#eeeeee"},
+        yaxis={"title": {"text": "speedup over eager (x), 95% CI"}, "gridcolor": "#eeeeee",
+               "rangemode": "tozero"},
+        height=440,
+    )
+    return Chart({"data": data, "layout": layout})
+
+
+OUTCOME_COLOURS = {"good": "#1f77b4", "bad": REGRESSION_COLOUR, "inconclusive": "#e67e22",
+                   "failed": NEUTRAL_COLOUR}
+
+
+def bisect_figure(order: Sequence[str], steps: Sequence[tuple[VersionPoint, str, int]],
+                  *, package: str, empty_reason: str) -> Chart:
+    """A bisect's measured steps: speedup per release of the package searched (x in
+    release order), coloured by the step's outcome (good, bad, inconclusive), each
+    labelled with its step number."""
+    if not steps:
+        return Chart(None, empty_reason)
+    data: list[Figure] = []
+    for outcome, colour in OUTCOME_COLOURS.items():
+        chosen = [(p, n) for p, o, n in steps if o == outcome]
+        if not chosen:
+            continue
+        data.append({
+            "type": "scatter", "mode": "markers+text", "name": outcome,
+            "x": [plotly_text(p.version) for p, _ in chosen],
+            "y": [p.speedup for p, _ in chosen],
+            "text": [f"step {n}" for _, n in chosen], "textposition": "top center",
+            "marker": {"size": 11, "color": colour},
+            "error_y": {"type": "data", "symmetric": False,
+                        "array": [p.ci_high - p.speedup for p, _ in chosen],
+                        "arrayminus": [p.speedup - p.ci_low for p, _ in chosen],
+                        "color": colour, "thickness": 1.2, "width": 4},
+            "customdata": [[p.ci_low, p.ci_high, plotly_text(p.note)] for p, _ in chosen],
+            "hovertemplate": (f"{plotly_text(package)} %{{x}} (%{{text}})<br>speedup "
+                              "%{y:.3f}x (CI %{customdata[0]:.3f}-%{customdata[1]:.3f})<br>"
+                              "%{customdata[2]}<extra></extra>"),
+        })
+    layout = _layout(
+        xaxis={"title": {"text": f"{plotly_text(package)} release"}, "type": "category",
+               "categoryorder": "array", "categoryarray": [plotly_text(v) for v in order],
+               "gridcolor": "#eeeeee"},
+        yaxis={"title": {"text": "speedup over eager (x), 95% CI"}, "gridcolor": "#eeeeee",
+               "rangemode": "tozero"},
+        height=400, margin={"l": 60, "r": 20, "t": 70, "b": 60},
+        legend={"orientation": "h", "y": 1.18, "x": 0},
+    )
+    return Chart({"data": data, "layout": layout})

@@ -1,4 +1,5 @@
-"""The dashboard's pages: overview, series, compare, runs, one run, regressions.
+"""The dashboard's pages: overview, series, compare, runs, one run, regressions (and one
+regression with its bisects), sweeps (and one sweep or bisect), environments.
 
 Server-rendered with Jinja2 on the same services as the API (no SQL of its own), charts
 drawn by Plotly.js, which the app serves from the installed `plotly` package so the pages
@@ -45,9 +46,11 @@ from app.errors import (
     schema_missing,
 )
 from app.models import RUN_TERMINAL, Cell, Regression, Result, Run, Series
+from app.services import environments as environment_service
 from app.services import regressions as regression_service
 from app.services import runs as run_service
 from app.services import series as series_service
+from app.services import sweeps as sweep_service
 from app.services import workers as worker_service
 from app.services.changes import AttributedChange, attribute_changes
 from app.services.series import Point, SeriesFilter
@@ -495,3 +498,121 @@ def regressions_page(
     return _page(request, "regressions.html", groups=groups, chart=chart,
                  limit=REGRESSION_LIST_LIMIT)
 
+
+
+@router.get("/regressions/{regression_id}")
+def regression_page(
+    regression_id: int, request: Request, session: SessionDep, access: PageAccess,
+) -> HTMLResponse:
+    """One regression, and the bisects that searched for the release behind it: their
+    steps and measurements."""
+    regression = regression_service.get_regression(session, regression_id, access=access)
+    found, _ = sweep_service.list_sweeps(session, regression_id=regression.id, limit=20,
+                                         access=access)
+    bisects = [_bisect_context(session, s) for s in found]
+    return _page(request, "regression.html", r=regression, bisects=bisects,
+                 hint=(f"speedwatch bisect --url URL --token TOKEN --project "
+                       f"{regression.project.name} --regression {regression.id} --wait"))
+
+
+# ---- sweeps and bisects --------------------------------------------------------------------
+
+SWEEP_LIST_LIMIT = 100
+
+
+@router.get("/sweeps")
+def sweeps_page(request: Request, session: SessionDep, access: PageAccess) -> HTMLResponse:
+    found, _ = sweep_service.list_sweeps(session, limit=SWEEP_LIST_LIMIT, access=access)
+    counts = sweep_service.run_counts(session, [s.id for s in found])
+    return _page(request, "sweeps.html", sweeps=found, counts=counts, limit=SWEEP_LIST_LIMIT)
+
+
+def _step_point(step: dict[str, Any], label: str) -> figures.VersionPoint | None:
+    if step.get("speedup") is None or step.get("ci_low") is None:
+        return None
+    return figures.VersionPoint(label, float(step["speedup"]), float(step["ci_low"]),
+                                float(step["ci_high"]),
+                                f"step {step['n']} ({step['role']}): {step.get('sentence')}")
+
+
+def _bisect_context(session: Session, sweep: Any) -> dict[str, Any]:
+    """A bisect's steps, chart and answer, as its page and its regression's page show them.
+
+    The x axis is the searched package's releases in release order; with several
+    packages each label names its package (good and bad name the first one's)."""
+    view = sweep_service.sweep_view(session, sweep)
+    packages = sweep.state.get("packages") or []
+    several = len(packages) > 1
+    order: list[str] = []
+    for p in packages:
+        order += [f"{p['name']} {v}" if several else v for v in p["versions"]]
+    first = packages[0] if packages else {"name": sweep.package, "good": sweep.from_version,
+                                          "bad": sweep.to_version}
+    points = []
+    for step in view.steps:
+        if step["role"] == "good":
+            version = first["good"]
+            name = first["name"]
+        elif step["role"] == "bad" and not several:
+            version, name = first["bad"], first["name"]
+        elif step["role"] == "bad":
+            continue  # every package at once: not one release of one package
+        else:
+            version, name = step.get("version"), step.get("package")
+        label = f"{name} {version}" if several else str(version)
+        point = _step_point(step, label)
+        if point is not None and step.get("outcome"):
+            points.append((point, str(step["outcome"]), int(step["n"])))
+    chart = figures.bisect_figure(
+        order, points, package=", ".join(p["name"] for p in packages) or sweep.package,
+        empty_reason="no step has a measured speedup yet")
+    return {"sweep": sweep, "steps": view.steps, "chart": chart, "counts": view.counts,
+            "packages": packages, "notes": sweep.state.get("notes") or []}
+
+
+@router.get("/sweeps/{sweep_id}")
+def sweep_page(
+    sweep_id: int, request: Request, session: SessionDep, access: PageAccess,
+) -> HTMLResponse:
+    sweep = sweep_service.get_sweep(session, sweep_id, access=access)
+    if sweep.kind == "bisect":
+        return _page(request, "bisect.html", **_bisect_context(session, sweep),
+                     live=sweep.status == "running")
+    view = sweep_service.sweep_view(session, sweep)
+    weights = list(dict.fromkeys(str(c.spec.get("weights", "?"))
+                                 for v in view.runs for c, _ in v.cells))
+    traces = []
+    for w in weights:
+        points = []
+        for v in view.runs:
+            for cell, row in v.cells:
+                if str(cell.spec.get("weights")) == w and row is not None and \
+                        row.speedup is not None and row.ci_low is not None and \
+                        row.ci_high is not None:
+                    points.append(figures.VersionPoint(
+                        v.version, row.speedup, row.ci_low, row.ci_high,
+                        f"run {v.run.id}: {', '.join(v.environment.pins or [])}"))
+        traces.append((w, points))
+    chart = figures.sweep_figure(
+        sweep.versions, traces, package=sweep.package,
+        empty_reason="no release has a measured speedup yet" if sweep.status == "running"
+        else "no release produced a speedup (the runs below say why)")
+    rows = []
+    for v in view.runs:
+        by = {str(c.spec.get("weights")): (c, r) for c, r in v.cells}
+        rows.append({"v": v, "cells": [by.get(w) for w in weights]})
+    finished = view.counts.get("done", 0) + view.counts.get("failed", 0)
+    return _page(request, "sweep.html", sweep=sweep, chart=chart, weights=weights, rows=rows,
+                 changes=view.changes, counts=view.counts, finished=finished,
+                 total=sum(view.counts.values()), live=sweep.status == "running",
+                 threshold=float(sweep.state.get("threshold", 0.05)))
+
+
+# ---- environments --------------------------------------------------------------------------
+
+@router.get("/environments")
+def environments_page(request: Request, session: SessionDep, settings: SettingsDep,
+                      access: PageAccess) -> HTMLResponse:
+    page, _ = environment_service.list_environments(session, limit=200, access=access)
+    return _page(request, "environments.html", environments=page,
+                 budget_gb=settings.venv_cache_max_bytes / 1024**3)

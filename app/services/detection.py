@@ -50,8 +50,8 @@ from app.detection.verdict import (
     judge_cell,
     select_baseline,
 )
-from app.models import REGRESSION_ACTIVE, Cell, Regression, Result, Run
-from app.services import confirmation
+from app.models import REGRESSION_ACTIVE, Cell, Regression, Result, Run, series_point
+from app.services import confirmation, sweep_progress
 from app.services.documents import result_document
 from app.services.policy import project_policy
 from benchmarks.result import BenchResult, Speedup
@@ -95,7 +95,7 @@ def choose_baseline(
         pinned = session.scalars(
             select(Result).where(Result.run_id == policy.pinned_run_id,
                                  Result.series_id == row.series_id,
-                                 Result.confirms_result_id.is_(None))
+                                 series_point())
         ).first()
         if pinned is None:
             raise VerdictError(
@@ -109,7 +109,7 @@ def choose_baseline(
         select(Result).join(Run, Run.id == Result.run_id)
         .where(Result.series_id == row.series_id, Result.id < row.id,
                Result.run_id != run.id, Result.status == "ok",
-               Result.confirms_result_id.is_(None),  # re-measures are no baseline
+               series_point(),  # re-measures and sweeps are no baseline
                Run.project_id == run.project_id,
                Run.branch.is_not_distinct_from(run.branch))
         .order_by(Result.id.desc()).limit(limit)
@@ -135,11 +135,13 @@ def decision_reference(session: Session, cell_id: int, series_key: str) -> Refer
     run = session.get(Run, cell.run_id) if cell is not None else None
     if cell is None or run is None or run.kind == "confirm":
         return None
+    if run.kind == "sweep":
+        return sweep_progress.step_reference(session, run)
     policy = project_policy(run.project)
     threshold = policy.threshold_for(series_key)
     base = (select(Result).join(Cell, Cell.id == Result.cell_id).join(Run, Run.id == Result.run_id)
             .where(Cell.series_key == series_key, Result.status == "ok",
-                   Result.confirms_result_id.is_(None), Run.project_id == run.project_id))
+                   series_point(), Run.project_id == run.project_id))
     if policy.baseline == "pinned":
         if policy.pinned_run_id is None:
             return Reference(threshold)

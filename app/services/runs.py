@@ -395,6 +395,8 @@ def store_result(
         # A re-measure for a confirmation: a real result, but no point of its series.
         row.confirms_result_id = session.scalar(
             select(Result.id).where(Result.cell_id == run.confirms_cell_id))
+    # A sweep's measurement of another release: no point of its series either.
+    row.sweep_id = run.sweep_id
     session.add(row)
     env = run.environment
     merged = {**(env.installed or {}), **row.installed_versions}
@@ -402,6 +404,9 @@ def store_result(
         # Written only when it changes: the row is shared by every run of the environment,
         # and an UPDATE would hold its lock until this transaction commits.
         env.installed = merged
+    build = (row.fingerprint.get("environment") or {}).get("build")
+    if isinstance(build, dict) and build != env.build:
+        env.build = build  # the worker's last build of its venv (workers.environments)
     session.flush()
     return row
 
@@ -516,6 +521,7 @@ def finish_run_if_complete(
     as it does the callers of its own cells.
     """
     from app.services.confirmation import confirmation_pending, forget_pending
+    from app.services.sweep_progress import forget_pending as forget_sweep_steps
 
     settings = settings or get_settings()
     run = _lock_run(session, run_id)
@@ -542,6 +548,7 @@ def finish_run_if_complete(
         # again once its last cell is stored. It ends with verdict "error" and the reason.
         log.exception("judging run %s failed", run_id)
         forget_pending(session)  # confirmations it asked for were rolled back with it
+        forget_sweep_steps(session)  # so was a bisect's next step
         run.verdict = "error"
         run.reasons = [f"the verdict could not be computed ({type(exc).__name__}: "
                        f"{_short(exc)}); the results are stored"]
@@ -571,8 +578,15 @@ def on_run_finished(session: Session, run_id: int, settings: Settings | None = N
     notification never announces something a rollback took back.
     """
     from app.services.detection import judge_run
+    from app.services.sweep_progress import sweep_run_finished
     from app.services.webhooks import record_deliveries
 
+    run = session.get(Run, run_id)
+    if run is not None and run.kind == "sweep":
+        # A sweep's or bisect's measurement of another release: no baseline, no regression;
+        # its sweep takes its next step instead.
+        sweep_run_finished(session, run, settings or get_settings())
+        return
     events = judge_run(session, run_id, settings)
     if events:
         record_deliveries(session, [(e.regression_id, e.event) for e in events])

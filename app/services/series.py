@@ -21,7 +21,7 @@ from sqlalchemy import Select, Text, and_, case, cast, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from app.errors import InvalidRequest, NotFound
-from app.models import Project, Result, Run, Series
+from app.models import Project, Result, Run, Series, series_point
 from app.services.tokens import EVERY_PROJECT, ProjectAccess
 
 # The `threads` filter value for series that use the library's default (threads NULL).
@@ -112,7 +112,7 @@ def _latest_ok_result_id() -> object:
     return (
         select(Result.id)
         .where(Result.series_id == Series.id, Result.status == "ok",
-               Result.confirms_result_id.is_(None))
+               series_point())
         .order_by(Result.created_at.desc(), Result.id.desc())
         .limit(1)
         .correlate(Series)
@@ -199,7 +199,7 @@ def series_points(
         select(*POINT_COLUMNS)
         .join(Run, Run.id == Result.run_id)
         .where(Result.series_id == series.id, Result.status == "ok",
-               Result.confirms_result_id.is_(None))
+               series_point())
     )
     if since is not None:
         query = query.where(Result.created_at >= since)
@@ -245,7 +245,7 @@ def recent_speedups(
     ranked = (
         select(Result.series_id, Result.speedup, rank)
         .where(Result.series_id.in_(series_ids), Result.status == "ok",
-               Result.confirms_result_id.is_(None))
+               series_point())
         .subquery()
     )
     rows = session.execute(
@@ -292,7 +292,7 @@ def history_buckets(
                Result.id, func.ntile(buckets).over(order_by=order).label("bucket"))
         .join(Run, Run.id == Result.run_id)
         .where(Result.series_id == series.id, Result.status == "ok",
-               Result.confirms_result_id.is_(None), older)
+               series_point(), older)
         .subquery()
     )
     ranked = select(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from app.main import create_app
 from app.services.tokens import authenticate, revoke_token
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer, bench_result, ingest_body, run_request, tiny_spec
+from tests.workers.wheels import use_only, write_releases
 
 # (method, route template) -> the scope it needs. Every non-GET route must be listed.
 WRITES: dict[tuple[str, str], str] = {
@@ -38,6 +40,10 @@ WRITES: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/results"): "ci",
     ("POST", "/api/v1/regressions/{regression_id}/acknowledge"): "ci",
     ("POST", "/api/v1/regressions/{regression_id}/resolve"): "ci",
+    # a sweep or bisect triggers runs, as a trigger does
+    ("POST", "/api/v1/sweeps"): "ci",
+    ("POST", "/api/v1/bisects"): "ci",
+    ("POST", "/api/v1/sweeps/{sweep_id}/cancel"): "ci",
     ("POST", "/api/v1/tokens"): "admin",
     ("POST", "/api/v1/tokens/{token_id}/revoke"): "admin",
     # what counts as a regression: not for every pipeline's ci token to loosen
@@ -234,6 +240,16 @@ PROJECT_DATA: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/runs"): "write",
     ("POST", "/api/v1/results"): "write",
     ("PUT", "/api/v1/projects/{name}/detection"): "write",
+    ("POST", "/api/v1/sweeps"): "write",
+    ("POST", "/api/v1/bisects"): "write",
+    ("POST", "/api/v1/sweeps/{sweep_id}/cancel"): "object",
+    ("GET", "/api/v1/sweeps"): "list",
+    ("GET", "/api/v1/sweeps/{sweep_id}"): "object",
+    ("GET", "/api/v1/environments"): "list",
+    ("GET", "/sweeps"): "list",
+    ("GET", "/sweeps/{sweep_id}"): "object",
+    ("GET", "/regressions/{regression_id}"): "object",
+    ("GET", "/environments"): "list",
     ("POST", "/api/v1/regressions/{regression_id}/acknowledge"): "object",
     ("POST", "/api/v1/regressions/{regression_id}/resolve"): "object",
     ("GET", "/api/v1/projects/{name}/detection"): "object",
@@ -311,16 +327,36 @@ def test_token_management_routes_and_only_they_need_an_admin_of_every_project() 
 
 @dataclass(frozen=True)
 class Seeded:
-    """One project's history: two ingest runs (v1 at 2.0x, v2 at 1.6x) and the regression
-    the second opened."""
+    """One project's history: two ingest runs (v1 at 2.0x, v2 at 1.6x), the regression
+    the second opened, and a sweep of two onnxruntime releases (its runs not measured)."""
 
     name: str
     run_ids: tuple[int, int]
     regression_id: int
+    sweep_id: int
+
+
+SWEPT = ["1.21.0", "1.22.0"]
+
+
+def sweep_request(project: str) -> dict[str, Any]:
+    return {"project": project, "package": "onnxruntime", "from_version": SWEPT[0],
+            "to_version": SWEPT[-1], "matrix": {"models": ["resnet18"],
+                                                "backends": ["onnxruntime"]}}
+
+
+def bisect_request(project: str) -> dict[str, Any]:
+    return {"project": project, "good": [f"onnxruntime=={SWEPT[0]}"],
+            "bad": [f"onnxruntime=={SWEPT[-1]}"],
+            "matrix": {"models": ["resnet18"], "backends": ["onnxruntime"]}}
 
 
 @pytest.fixture
-def world(client: TestClient, tokens: dict[str, str]) -> dict[str, Seeded]:
+def world(client: TestClient, tokens: dict[str, str], tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> dict[str, Seeded]:
+    # the releases a sweep reads, from a wheel directory pip alone reads (no network)
+    write_releases(tmp_path / "wheels", "onnxruntime", SWEPT, {})
+    use_only(monkeypatch, tmp_path / "wheels")
     ci = bearer(tokens["ci"])
     seeded = {}
     for name in (MINE, THEIRS):
@@ -333,7 +369,9 @@ def world(client: TestClient, tokens: dict[str, str]) -> dict[str, Seeded]:
             runs.append(posted.json()["run_id"])
         listed = client.get("/api/v1/regressions", params={"project": name}, headers=ci)
         (regression,) = listed.json()["items"]
-        seeded[name] = Seeded(name, (runs[0], runs[1]), regression["id"])
+        swept = client.post("/api/v1/sweeps", json=sweep_request(name), headers=ci)
+        assert swept.status_code == 201, swept.text
+        seeded[name] = Seeded(name, (runs[0], runs[1]), regression["id"], swept.json()["id"])
     return seeded
 
 
@@ -352,6 +390,7 @@ def _project_request(method: str, template: str, project: Seeded) -> tuple[str, 
     """The request of this route for `project`'s data (url, json body)."""
     url = (template.replace("{run_id}", str(project.run_ids[1]))
            .replace("{regression_id}", str(project.regression_id))
+           .replace("{sweep_id}", str(project.sweep_id))
            .replace("{name}", project.name).replace("{key}", KEY))
     if "{key}" in template:
         url += f"?project={project.name}"
@@ -361,6 +400,8 @@ def _project_request(method: str, template: str, project: Seeded) -> tuple[str, 
         "/api/v1/runs": run_request(project=project.name),
         "/api/v1/results": ingest_body(bench_result(), project=project.name),
         "/api/v1/projects/{name}/detection": {"threshold": 0.1},
+        "/api/v1/sweeps": sweep_request(project.name),
+        "/api/v1/bisects": bisect_request(project.name),
     }
     return url, bodies.get(template) if method != "GET" else None
 
@@ -384,9 +425,10 @@ def _scope(method: str, template: str) -> str:
 
 
 def _everything(client: TestClient, admin: str) -> list[object]:
-    """What an unlimited admin sees of both projects: runs, regressions and policies."""
+    """What an unlimited admin sees of both projects: runs, regressions, sweeps and
+    policies."""
     out: list[object] = []
-    for path in ("/api/v1/runs", "/api/v1/regressions"):
+    for path in ("/api/v1/runs", "/api/v1/regressions", "/api/v1/sweeps"):
         out.append(client.get(path, headers=bearer(admin)).json()["items"])
     for name in (MINE, THEIRS):
         out.append(client.get(f"/api/v1/projects/{name}/detection",
@@ -427,7 +469,8 @@ def test_a_token_limited_to_the_right_project_is_served_and_shown_nothing_else(
     assert THEIRS not in text
 
 
-@pytest.mark.parametrize("path", ["/api/v1/runs", "/api/v1/series", "/api/v1/regressions"])
+@pytest.mark.parametrize("path", ["/api/v1/runs", "/api/v1/series", "/api/v1/regressions",
+                                  "/api/v1/sweeps"])
 def test_a_limited_token_filtering_lists_by_another_project_gets_an_empty_page(
     client: TestClient, world: dict[str, Seeded], mine_only: dict[str, str], path: str
 ) -> None:

@@ -26,7 +26,7 @@ from benchmarks.spec import BenchSpec, TimingPolicy
 from cli.main import cli
 
 TABLES = {"projects", "environments", "runs", "cells", "series", "results", "api_tokens",
-          "regressions", "webhook_deliveries", "workers"}
+          "regressions", "webhook_deliveries", "workers", "sweeps"}
 NOW = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 

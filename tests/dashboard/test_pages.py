@@ -44,6 +44,8 @@ def figure(page: str, element_id: str) -> dict:
     ("/regressions", "No regressions yet. Detection opens one when"),
     ("/workers", "No worker has announced itself in the last 7.0 days: start one with "
                  "speedwatch worker --queues cpu"),
+    ("/sweeps", "No sweep yet."),
+    ("/environments", "No pinned environment yet:"),
 ])
 def test_every_page_on_an_empty_store_explains_why_it_is_empty(
         pages: TestClient, path: str, says: str) -> None:
@@ -64,6 +66,8 @@ def test_every_page_on_an_empty_store_explains_why_it_is_empty(
     ("/compare?base=1&head=2", 404, "base run 1 not found"),
     ("/compare?base=1", 422, "compare needs both a base and a head run"),
     ("/?batch_size=eight", 422, "'eight' is not a whole number"),
+    ("/sweeps/999", 404, "sweep 999 not found"),
+    ("/regressions/999", 404, "regression 999 not found"),
 ])
 def test_unknown_ids_and_bad_input_get_an_html_error_page(
         pages: TestClient, path: str, status: int, says: str) -> None:
@@ -168,6 +172,29 @@ def test_a_chart_without_points_says_why() -> None:
     assert chart.figure is None
     assert chart.empty_reason and "no measured points yet" in chart.empty_reason
     assert figures.sparkline_svg([1.5]) == ""
+    sweep = figures.sweep_figure(["1.0"], [("constant", [])], package="onnxruntime",
+                                 empty_reason="no release has a measured speedup yet")
+    assert (sweep.figure, sweep.empty_reason) == (None, "no release has a measured speedup yet")
+
+
+def test_a_sweep_chart_puts_every_release_on_the_x_axis_in_release_order_with_cis() -> None:
+    """Releases are categories in the sweep's order (1.10.0 after 1.9.0, a release with no
+    point keeps its place); each weight representation is a line with CI whiskers, and
+    the strings in it are Plotly text, not markup."""
+    order = ["1.9.0", "1.10.0", "1.11.0"]
+    point = figures.VersionPoint
+    chart = figures.sweep_figure(order, [
+        ("constant", [point("1.9.0", 2.0, 1.9, 2.1), point("1.11.0", 2.2, 2.1, 2.3, "<b>x")]),
+        ("tensor", [point("1.9.0", 1.5, 1.4, 1.6)]),
+    ], package="onnxruntime", empty_reason="-")
+    assert chart.figure is not None
+    layout, data = chart.figure["layout"], chart.figure["data"]
+    assert layout["xaxis"]["categoryarray"] == order
+    lines = [t for t in data if t.get("mode") == "lines+markers"]
+    assert [t["name"] for t in lines] == ["weights constant", "weights tensor"]
+    assert lines[0]["x"] == ["1.9.0", "1.11.0"]
+    assert [round(v, 6) for v in lines[0]["error_y"]["array"]] == [0.1, 0.1]
+    assert lines[0]["customdata"][1][2] == "&lt;b&gt;x"
 
 
 def test_a_long_history_draws_its_newest_points_raw_and_older_ones_as_bucket_means(

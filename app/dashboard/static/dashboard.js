@@ -148,10 +148,59 @@ function followRun() {
   setTimeout(tick, 2000);
 }
 
+function followSweep() {
+  // A running sweep or bisect: reload when another run finished or it ended.
+  const box = document.querySelector("[data-live-sweep]");
+  if (!box) return;
+  const id = box.dataset.liveSweep;
+  let seen = null;
+  const tick = async () => {
+    const result = await api("GET", `/api/v1/sweeps/${id}`);
+    if (!result.ok) {
+      document.getElementById("live-note").textContent = `live updates stopped: HTTP ${result.status}`;
+      return;
+    }
+    const p = result.body.progress;
+    const state = `${result.body.status}:${(p.done || 0) + (p.failed || 0)}:${p.total}`;
+    if (seen !== null && state !== seen) {
+      window.location.reload();
+      return;
+    }
+    seen = state;
+    setTimeout(tick, 5000);
+  };
+  setTimeout(tick, 1000);
+}
+
+function setupSweepCancel() {
+  for (const button of document.querySelectorAll("button[data-sweep-cancel]")) {
+    button.addEventListener("click", async () => {
+      const message = button.closest(".actions").querySelector(".act-msg");
+      if (!token()) {
+        message.textContent = "paste a token with the ci scope into the token field first";
+        message.className = "act-msg error";
+        return;
+      }
+      button.disabled = true;
+      message.textContent = "...";
+      const result = await api("POST", `/api/v1/sweeps/${button.dataset.sweepCancel}/cancel`);
+      if (result.ok) {
+        window.location.reload();
+      } else {
+        button.disabled = false;
+        message.textContent = result.body && result.body.detail ? result.body.detail : `HTTP ${result.status}`;
+        message.className = "act-msg error";
+      }
+    });
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   setupTokenForm();
   drawCharts();
   setupLatencyToggle();
   setupRegressionActions();
   followRun();
+  followSweep();
+  setupSweepCancel();
 });
