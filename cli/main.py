@@ -18,6 +18,7 @@ import typer
 
 from cli import bench, detect, policy, report, service, submit, sweep, worker
 
+
 def _settings_epilog() -> str:
     """Every setting's environment variable, from the settings class itself (so the list
     cannot go stale); the README's Configuration table says what each one does."""
