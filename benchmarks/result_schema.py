@@ -431,6 +431,24 @@ class EnvironmentRecord(Open):
     python: FilePath | None = None
 
 
+class ModelInput(Closed):
+    shape: Annotated[list[Count], Field(max_length=16)]
+    dtype: Name
+
+
+class ModelRecord(Open):
+    """A model of the user's as the child built it (benchmarks.own_models): `digest` goes
+    into the series key, so it is exactly 12 lowercase hex digits and nothing else."""
+
+    reference: Name | None = None
+    kind: Literal["factory", "torchvision", "timm", "pt2"] | None = None
+    digest: Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{12}$")] | None = None
+    fingerprint: Name | None = None
+    inputs: Annotated[list[ModelInput], Field(max_length=16)] | None = None
+    parameters: Count | None = None
+    source: FilePath | None = None
+
+
 class FingerprintDocument(Open):
     """What the result ran on. `packages` become the installed versions the service shows
     and compares, so they are names and version strings, nothing else."""
@@ -458,6 +476,7 @@ class FingerprintDocument(Open):
     nvml_end: NvmlReading | None = None
     throttled: StrictBool | None = None
     environment: EnvironmentRecord | None = None
+    model: ModelRecord | None = None
 
 
 Round = Annotated[list[Positive], Field(min_length=1, max_length=MAX_ROUND_SAMPLES)]

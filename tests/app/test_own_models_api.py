@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -126,6 +127,14 @@ def test_a_result_keyed_with_the_fingerprint_replaces_the_predicted_key_and_dete
 
     models = session.scalars(select(Series.model).order_by(Series.model)).all()
     assert models == [f"{OWN}@aaaaaaaaaaaa", f"{OWN}@bbbbbbbbbbbb"]
+    # ':' and '@' in a key survive the API's and the dashboard's series URLs
+    key = quote(cell["series_key"], safe="/")
+    points = own_client.get(f"/api/v1/series/{key}/points", headers=bearer(ci_token))
+    assert points.status_code == 200, points.text
+    assert [p["revision"] for p in points.json()["points"]] == ["r1", "r2"]
+    own_client.cookies.set("speedwatch_token", ci_token)  # the pages read it from there
+    page = own_client.get(f"/series/{key}")
+    assert page.status_code == 200 and "mypkg.nets:build@aaaaaaaaaaaa" in page.text
 
 
 def test_a_result_whose_key_hides_the_fingerprint_it_records_fails_its_cell(
