@@ -7,10 +7,13 @@ Options (spec.options):
   saved after the build), `fold_bn` (pre-fold BN into convs), `strongly_typed`,
   `workspace_mb`: see trt_converter.
 
-Weights: `constant`, `tensor` (network path only: TensorRT's ONNX parser turns initializers
-into weights itself, and ONNX graph inputs would be runtime inputs, not weights, so there is
-no faithful "tensor" ONNX counterpart) and `refit` (a refittable engine, refit once from
-the model after the build to prove it works; the count and time are evidence).
+Weights: `constant` (network mode trt-2.8 unless `trt_mode` says trt-2.6), `tensor` (trt-2.7;
+network path only: TensorRT's ONNX parser turns initializers into weights itself, and ONNX
+graph inputs would be runtime inputs, not weights, so there is no faithful "tensor" ONNX
+counterpart) and `refit` (any mode; a refittable engine, refit once from the model after
+the build to prove it works; the count and time are evidence). `trt_mode` (trt-2.6,
+trt-2.7, trt-2.8) picks which Torch-TensorRT release's network the converter reproduces:
+see benchmarks/trt_converter.py.
 
 Only the real `tensorrt` module is ever used here; nothing falls back to a stand-in.
 """
@@ -41,7 +44,20 @@ NOT_INSTALLED = "tensorrt is not installed (NVIDIA wheels unreachable here)"
 def _import_tensorrt() -> Any:
     import tensorrt
 
+    if not hasattr(tensorrt, "Builder"):
+        # tensorrt-stubs (installed for mypy) leaves a folder `tensorrt` of .pyi files only,
+        # which Python imports as an empty namespace package: that is not TensorRT
+        raise ImportError("tensorrt here is only type stubs (tensorrt-stubs)", name="tensorrt")
     return tensorrt
+
+
+def tensorrt_importable() -> bool:
+    """True where the real TensorRT module imports (not its stubs' empty namespace)."""
+    try:
+        _import_tensorrt()
+    except ImportError:
+        return False
+    return True
 
 
 def engine_layer_evidence(trt: Any, engine: Any) -> dict[str, Any]:
@@ -77,7 +93,7 @@ def spec_problem(spec: BenchSpec) -> str | None:
                 "initializers weights, and graph inputs would be runtime inputs; use "
                 "path=network")
     try:
-        ConverterOptions.from_spec(spec.options)
+        ConverterOptions.from_spec(spec.options).mode_for(spec.weights)
     except ConversionError as exc:
         return str(exc)
     return None
@@ -131,7 +147,7 @@ class TensorRTBackend:
             else:
                 evidence["trt_refit_count"] = conv.refit_engine(
                     trt, engine, model, weight_dtype=report.weight_dtype,
-                    fold_bn=report.fold_bn)
+                    fold_bn=report.fold_bn, mode=report.mode)
             evidence["trt_refit_seconds"] = round(time.perf_counter() - start, 4)
 
         runner = _EngineRunner(trt, engine, runtime, report.logger,

@@ -74,10 +74,9 @@ class BuilderFlag(_Enum):
     DISABLE_TIMING_CACHE = 5
     TF32 = 6
     SPARSE_WEIGHTS = 7
-    STRIP_PLAN = 8
-    REFIT_IDENTICAL = 9
-    BF16 = 10
-    WEIGHT_STREAMING = 11
+    BF16 = 17
+    REFIT_IDENTICAL = 20
+    WEIGHT_STREAMING = 21
 
 
 class MemoryPoolType(_Enum):
@@ -104,17 +103,18 @@ class TensorIOMode(_Enum):
 
 class LayerType(_Enum):
     CONVOLUTION = 0
-    ACTIVATION = 1
-    POOLING = 2
-    SCALE = 3
-    ELEMENTWISE = 4
-    UNARY = 5
-    SHUFFLE = 6
-    REDUCE = 7
-    MATRIX_MULTIPLY = 8
-    CONSTANT = 9
-    CAST = 10
-    IDENTITY = 11
+    CAST = 1
+    ACTIVATION = 2
+    POOLING = 3
+    SCALE = 5
+    ELEMENTWISE = 9
+    UNARY = 11
+    SHUFFLE = 13
+    REDUCE = 14
+    MATRIX_MULTIPLY = 17
+    CONSTANT = 19
+    IDENTITY = 20
+    SLICE = 22
 
 
 class ActivationType(_Enum):
@@ -253,6 +253,8 @@ class Weights:
     at construction (the stand-in cannot defer a raw read safely).
     """
 
+    __slots__ = ("_array", "_values", "dtype", "pointer", "size")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         unknown = set(kwargs) - {"type", "a", "ptr", "count"}
         if unknown:
@@ -339,6 +341,7 @@ def _as_weights(value: Any, what: str, *, optional: bool = False) -> Weights:
 
 
 class ITensor:
+    __slots__ = ("_declared_dtype", "_declared_shape", "_id", "_name", "_network", "_producer")
     _ids = itertools.count()
     _network: INetworkDefinition
     _producer: ILayer | None
@@ -368,6 +371,15 @@ class ITensor:
     @property
     def is_network_input(self) -> bool:
         return self._producer is None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """What TensorRT knows while the network is built: -1 for a dynamic dimension."""
+        return tuple(-1 if d == _DYNAMIC else int(d) for d in _meta(self).shape)
+
+    @property
+    def dtype(self) -> DataType:
+        return _types(self._network)[self._id]
 
     @property
     def is_network_output(self) -> bool:
@@ -455,6 +467,8 @@ _ATTRIBUTES: dict[LayerType, dict[str, tuple[Any, Any]]] = {
     LayerType.CONSTANT: {"weights": (_weights_attr, None), "shape": (_tuple_of(None), None)},
     LayerType.CAST: {"to_type": (_enum_of(DataType), None)},
     LayerType.IDENTITY: {},
+    LayerType.SLICE: {"start": (_tuple_of(None), None), "shape": (_tuple_of(None), None),
+                      "stride": (lambda v, w: _dims(v, w, allow_wildcard=False), None)},
 }
 
 # how many inputs set_input may address, per kind (conv: data, kernel, bias)
@@ -464,8 +478,12 @@ _MAX_INPUTS = {LayerType.CONVOLUTION: 3, LayerType.SHUFFLE: 2}
 class ILayer:
     """One recorded layer. `kind`, `inputs`, `set_input_calls` are stand-in records."""
 
+    __slots__ = ("_attrs", "_meta", "_name", "_network", "_outputs", "inputs", "kind",
+                 "set_input_calls")
+
     def __init__(self, network: INetworkDefinition, kind: LayerType,
                  inputs: Sequence[ITensor | None], **attrs: Any) -> None:
+        object.__setattr__(self, "_meta", None)
         object.__setattr__(self, "_network", network)
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "inputs", list(inputs))
@@ -509,6 +527,7 @@ class ILayer:
             self.inputs.append(None)
         self.inputs[index] = tensor
         self.set_input_calls.append((index, tensor))
+        self._network._forget_shapes(self)
 
     def __getattr__(self, key: str) -> Any:
         spec = _ATTRIBUTES[object.__getattribute__(self, "kind")]
@@ -526,6 +545,7 @@ class ILayer:
         if key not in spec:
             raise AttributeError(f"{self.kind.name} layer has no settable attribute {key!r}")
         self._attrs[key] = spec[key][0](value, f"{self.kind.name}.{key}")
+        self._network._forget_shapes(self)
 
     def weights(self) -> dict[str, Weights]:
         """Stand-in only: the layer's Weights by role (kernel, bias, shift, ...)."""
@@ -533,6 +553,8 @@ class ILayer:
 
 
 class INetworkDefinition:
+    __slots__ = ("_inputs", "_layers", "_outputs", "_weight_names", "flags")
+
     def __init__(self, flags: int) -> None:
         self.flags = flags
         self._layers: list[ILayer] = []
@@ -585,11 +607,23 @@ class INetworkDefinition:
     def get_output(self, index: int) -> ITensor:
         return self._outputs[_int(index, "get_output(index)")]
 
-    def _tensor(self, value: Any, what: str) -> ITensor:
+    def _tensor(self, value: Any, what: str, *, min_rank: int = 0) -> ITensor:
         tensor: ITensor = _check(value, ITensor, what)
         if tensor._network is not self:
             raise ValueError(f"{what}: the tensor belongs to another network")
+        rank = len(tensor.shape)
+        if rank < min_rank:
+            # TensorRT reports this at layer creation and returns no layer; the Python
+            # binding then raises (a None layer has no get_output)
+            raise ValueError(f"{what}: needs a tensor of rank >= {min_rank}, got rank {rank} "
+                             f"{tensor.shape}")
         return tensor
+
+    def _forget_shapes(self, layer: ILayer) -> None:
+        """A layer changed after its output shape was inferred: infer everything again."""
+        if layer._meta is not None:
+            for each in self._layers:
+                object.__setattr__(each, "_meta", None)
 
     def _add(self, kind: LayerType, inputs: Sequence[ITensor | None], **attrs: Any) -> ILayer:
         layer = ILayer(self, kind, inputs, **attrs)
@@ -612,9 +646,9 @@ class INetworkDefinition:
     def add_convolution_nd(self, input: ITensor, num_output_maps: int,
                            kernel_shape: Sequence[int], kernel: Weights,
                            bias: Weights | None = None) -> ILayer:
-        x = self._tensor(input, "add_convolution_nd(input)")
-        maps = _int(num_output_maps, "add_convolution_nd(num_output_maps)")
         shape = _dims(kernel_shape, "add_convolution_nd(kernel_shape)")
+        x = self._tensor(input, "add_convolution_nd(input)", min_rank=len(shape) + 2)
+        maps = _int(num_output_maps, "add_convolution_nd(num_output_maps)")
         if len(shape) not in (2, 3) or maps <= 0:
             raise ValueError(f"add_convolution_nd: kernel_shape {shape}, maps {maps}")
         return self._add(LayerType.CONVOLUTION, [x], num_output_maps=maps,
@@ -624,12 +658,28 @@ class INetworkDefinition:
 
     def add_scale(self, input: ITensor, mode: ScaleMode, shift: Weights | None = None,
                   scale: Weights | None = None, power: Weights | None = None) -> ILayer:
-        x = self._tensor(input, "add_scale(input)")
+        # the channel axis of add_scale is the third from last: rank 3 at least
+        x = self._tensor(input, "add_scale(input)", min_rank=3)
         _check(mode, ScaleMode, "add_scale(mode)")
         return self._add(LayerType.SCALE, [x], mode=mode,
                          shift=_as_weights(shift, "add_scale(shift)", optional=True),
                          scale=_as_weights(scale, "add_scale(scale)", optional=True),
-                         power=_as_weights(power, "add_scale(power)", optional=True))
+                         power=_as_weights(power, "add_scale(power)", optional=True),
+                         channel_axis=len(x.shape) - 3)
+
+    def add_scale_nd(self, input: ITensor, mode: ScaleMode, shift: Weights | None,
+                     scale: Weights | None, power: Weights | None,
+                     channel_axis: int) -> ILayer:
+        x = self._tensor(input, "add_scale_nd(input)", min_rank=1)
+        _check(mode, ScaleMode, "add_scale_nd(mode)")
+        axis = _int(channel_axis, "add_scale_nd(channel_axis)")
+        if not 0 <= axis < len(x.shape):
+            raise ValueError(f"add_scale_nd: channel_axis {axis} outside rank {len(x.shape)}")
+        return self._add(LayerType.SCALE, [x], mode=mode,
+                         shift=_as_weights(shift, "add_scale_nd(shift)", optional=True),
+                         scale=_as_weights(scale, "add_scale_nd(scale)", optional=True),
+                         power=_as_weights(power, "add_scale_nd(power)", optional=True),
+                         channel_axis=axis)
 
     def add_activation(self, input: ITensor, type: ActivationType) -> ILayer:
         x = self._tensor(input, "add_activation(input)")
@@ -638,14 +688,17 @@ class INetworkDefinition:
 
     def add_pooling_nd(self, input: ITensor, type: PoolingType,
                        window_size: Sequence[int]) -> ILayer:
-        x = self._tensor(input, "add_pooling_nd(input)")
+        window = _dims(window_size, "add_pooling_nd(window_size)")
+        x = self._tensor(input, "add_pooling_nd(input)", min_rank=len(window) + 1)
         return self._add(LayerType.POOLING, [x],
                          type=_check(type, PoolingType, "add_pooling_nd(type)"),
-                         window_size_nd=_dims(window_size, "add_pooling_nd(window_size)"))
+                         window_size_nd=window)
 
     def add_reduce(self, input: ITensor, op: ReduceOperation, axes: int,
                    keep_dims: bool) -> ILayer:
         x = self._tensor(input, "add_reduce(input)")
+        if _int(axes, "add_reduce(axes)") >> len(x.shape) or axes <= 0:
+            raise ValueError(f"add_reduce: axes mask {axes:#b} for rank {len(x.shape)}")
         return self._add(LayerType.REDUCE, [x], op=_check(op, ReduceOperation, "add_reduce(op)"),
                          axes=_int(axes, "add_reduce(axes)"),
                          keep_dims=_bool(keep_dims, "add_reduce(keep_dims)"))
@@ -655,8 +708,11 @@ class INetworkDefinition:
 
     def add_matrix_multiply(self, input0: ITensor, op0: MatrixOperation, input1: ITensor,
                             op1: MatrixOperation) -> ILayer:
-        a = self._tensor(input0, "add_matrix_multiply(input0)")
-        b = self._tensor(input1, "add_matrix_multiply(input1)")
+        a = self._tensor(input0, "add_matrix_multiply(input0)", min_rank=2)
+        b = self._tensor(input1, "add_matrix_multiply(input1)", min_rank=2)
+        if len(a.shape) != len(b.shape):
+            raise ValueError(f"add_matrix_multiply: ranks {len(a.shape)} and {len(b.shape)} "
+                             "differ (without MatrixOperation.VECTOR)")
         return self._add(LayerType.MATRIX_MULTIPLY, [a, b],
                          op0=_check(op0, MatrixOperation, "add_matrix_multiply(op0)"),
                          op1=_check(op1, MatrixOperation, "add_matrix_multiply(op1)"))
@@ -665,6 +721,9 @@ class INetworkDefinition:
                         op: ElementWiseOperation) -> ILayer:
         a = self._tensor(input1, "add_elementwise(input1)")
         b = self._tensor(input2, "add_elementwise(input2)")
+        if len(a.shape) != len(b.shape):
+            raise ValueError(f"add_elementwise: operands of rank {len(a.shape)} and "
+                             f"{len(b.shape)}; TensorRT broadcasts only tensors of equal rank")
         return self._add(LayerType.ELEMENTWISE, [a, b],
                          op=_check(op, ElementWiseOperation, "add_elementwise(op)"))
 
@@ -683,6 +742,15 @@ class INetworkDefinition:
         x = self._tensor(input, "add_cast(input)")
         return self._add(LayerType.CAST, [x], to_type=_check(to_type, DataType,
                                                              "add_cast(to_type)"))
+
+    def add_slice(self, input: ITensor, start: Sequence[int], shape: Sequence[int],
+                  stride: Sequence[int]) -> ILayer:
+        x = self._tensor(input, "add_slice(input)")
+        dims = [_dims(v, f"add_slice({k})") for k, v in
+                (("start", start), ("shape", shape), ("stride", stride))]
+        if any(len(d) != len(x.shape) for d in dims):
+            raise ValueError(f"add_slice: start/shape/stride {dims} for rank {len(x.shape)}")
+        return self._add(LayerType.SLICE, [x], start=dims[0], shape=dims[1], stride=dims[2])
 
     def add_identity(self, input: ITensor) -> ILayer:
         return self._add(LayerType.IDENTITY, [self._tensor(input, "add_identity(input)")])
@@ -1066,6 +1134,27 @@ def _weight_tensor(weights: Weights, layer: ILayer, role: str,
     return values.to(device)
 
 
+_DYNAMIC = 7919  # a dynamic dimension's stand-in size during shape inference (a prime)
+
+
+def _meta(tensor: ITensor) -> torch.Tensor:
+    """The tensor as a meta tensor: shape inference by evaluating its layer (cached)."""
+    if tensor._producer is None:
+        dims = [_DYNAMIC if d == -1 else d for d in tensor._declared_shape]
+        return torch.empty(dims, device="meta")
+    layer = tensor._producer
+    if layer._meta is None:
+        values = {t._id: _meta(t) for t in layer.inputs if t is not None}
+        try:
+            out = _run_layer(layer, values, {}, {}, "meta")
+        except StandInError:
+            raise
+        except (RuntimeError, ValueError, IndexError) as exc:
+            raise StandInError(f"layer {layer.name} ({layer.kind.name}): {exc}") from exc
+        object.__setattr__(layer, "_meta", out)
+    return layer._meta
+
+
 def evaluate(network: INetworkDefinition, inputs: dict[str, torch.Tensor], *,
              refitted: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Run the recorded network with torch ops (float32 arithmetic, declared types checked).
@@ -1156,8 +1245,9 @@ def _run_layer(layer: ILayer, values: dict[int, torch.Tensor], refitted: dict[st
     if kind == LayerType.SCALE:
         if layer.mode != ScaleMode.CHANNEL:
             raise StandInError("stand-in evaluates CHANNEL scale only")
-        channels = x.shape[1]
-        view = (1, channels) + (1,) * (x.dim() - 2)
+        axis = layer.channel_axis
+        channels = x.shape[axis]
+        view = tuple(channels if d == axis else 1 for d in range(x.dim()))
         parts = {}
         for role, default in (("scale", 1.0), ("shift", 0.0), ("power", 1.0)):
             weights = layer.weights()[role]
@@ -1222,6 +1312,15 @@ def _run_layer(layer: ILayer, values: dict[int, torch.Tensor], refitted: dict[st
                  UnaryOperation.LOG: torch.log, UnaryOperation.ABS: torch.abs,
                  UnaryOperation.NEG: torch.neg, UnaryOperation.RECIP: torch.reciprocal}
         return unary[layer.op](x)
+    if kind == LayerType.SLICE:
+        for dim, (first, size, step) in enumerate(zip(layer.start, layer.shape, layer.stride,
+                                                      strict=True)):
+            last = first + (size - 1) * step
+            if size and not (0 <= first < x.shape[dim] and 0 <= last < x.shape[dim]):
+                raise StandInError(f"layer {layer.name}: slice reads outside dimension {dim}")
+            index = first + torch.arange(size, device=x.device) * step
+            x = x.index_select(dim, index)
+        return x
     if kind in (LayerType.CAST, LayerType.IDENTITY):
         return x
     raise StandInError(f"stand-in cannot evaluate {kind.name}")
@@ -1286,8 +1385,7 @@ class _Builder11(Builder):
 class _BuilderFlag11(_Enum):
     REFIT = 4
     TF32 = 6
-    STRIP_PLAN = 8
-    REFIT_IDENTICAL = 9
+    REFIT_IDENTICAL = 20
 
 
 _BuilderFlag11.__name__ = "BuilderFlag"
