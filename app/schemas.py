@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from app.detection.policy import DetectionPolicy
-from benchmarks.spec import BACKENDS, MODELS, PRECISIONS, SHAPE_MODES, WEIGHTS
+from benchmarks.spec import ALL_OPT_LEVELS, BACKENDS, MODELS, PRECISIONS, SHAPE_MODES, WEIGHTS
 
 
 class StrictModel(BaseModel):
@@ -44,6 +44,7 @@ BackendName = Annotated[str, _one_of(BACKENDS), _enum(BACKENDS)]
 WeightsName = Annotated[str, _one_of(WEIGHTS), _enum(WEIGHTS)]
 PrecisionName = Annotated[str, _one_of(PRECISIONS), _enum(PRECISIONS)]
 ShapeModeName = Annotated[str, _one_of(SHAPE_MODES), _enum(SHAPE_MODES)]
+OptLevelName = Annotated[str, _one_of(ALL_OPT_LEVELS), _enum(ALL_OPT_LEVELS)]
 
 # Ids are PostgreSQL `integer`s: a larger number in a path or cursor is a 422, not a 500.
 ID_MAX = 2**31 - 1
@@ -141,6 +142,13 @@ class MatrixIn(StrictModel):
         default=[1], min_length=1, max_length=16
     )
     shape_modes: list[ShapeModeName] = Field(default=["static"], min_length=1, max_length=4)
+    opt_levels: list[OptLevelName] = Field(
+        default=["default"], min_length=1, max_length=8,
+        description="Optimization levels, each backend's own: onnxruntime disabled, basic, "
+        "extended, layout, all; inductor (torch.compile modes) max-autotune-no-cudagraphs, "
+        "max-autotune, reduce-overhead; tensorrt and torch_tensorrt 0-5. A level a backend "
+        "does not have is left out for it; \"default\" is each backend's own default. A "
+        "non-default level is part of the series key (opt_level=...).")
     device: str = Field(
         default="cpu",
         max_length=64,

@@ -55,6 +55,8 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    import tensorrt
+
     from benchmarks.spec import BenchSpec
 
 INPUT_NAME = "input"
@@ -110,6 +112,16 @@ class ConverterOptions:
         return mode
 
     @classmethod
+    def for_spec(cls, spec: BenchSpec) -> ConverterOptions:
+        """The options, with the spec's opt_level axis as the builder optimization level."""
+        if spec.opt_level == "default":
+            return cls.from_spec(spec.options)
+        if "optimization_level" in spec.options:
+            raise ConversionError("opt_level and option optimization_level both given: "
+                                  "use opt_level")
+        return cls.from_spec({**spec.options, "optimization_level": int(spec.opt_level)})
+
+    @classmethod
     def from_spec(cls, options: dict[str, Any]) -> ConverterOptions:
         level = options.get("optimization_level", DEFAULT_OPTIMIZATION_LEVEL)
         if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 5:
@@ -145,9 +157,9 @@ class ConversionReport:
     """
 
     logger: Any
-    builder: Any
-    network: Any
-    config: Any
+    builder: tensorrt.Builder
+    network: tensorrt.INetworkDefinition
+    config: tensorrt.IBuilderConfig
     path: str  # "network" (our converter) or "onnx" (TensorRT's ONNX parser)
     weights: str  # constant / tensor / refit
     mode: str  # trt-2.6 / trt-2.7 / trt-2.8 (what the network reproduces)
@@ -213,7 +225,7 @@ def build_network(
 
     `io_dtype` is the dtype of the tensor run() will be given (default: the spec's precision).
     """
-    options = ConverterOptions.from_spec(spec.options)
+    options = ConverterOptions.for_spec(spec)
     report = start_network(trt, spec, options, io_dtype=io_dtype, path="network")
     graph_module = _trace(model)
     emitter = _Emitter(trt, report, graph_module, options)
@@ -236,8 +248,13 @@ def start_network(
     # the types of the weights and inputs alone decide precision.
     weak_available = hasattr(trt.BuilderFlag, "FP16")
     strong = options.strongly_typed or not weak_available
+    if spec.precision == "int8" and strong:
+        # implicit quantization (the INT8 flag and a calibrator) needs a weakly typed
+        # network; TensorRT 11 has none, and strongly typed networks need explicit Q/DQ
+        raise ConversionError("int8 through a calibrator needs a weakly typed network "
+                              "(TensorRT 10, option strongly_typed false)")
     logger = make_logger(trt)
-    builder = trt.Builder(logger)
+    builder: tensorrt.Builder = trt.Builder(logger)
     flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if strong else 0
     network = builder.create_network(flags)
     config = builder.create_builder_config()
@@ -272,11 +289,22 @@ def configure(
             flags.append("FP16")
         elif spec.precision == "bf16":
             flags.append("BF16")
+        elif spec.precision == "int8":
+            # FP16 as well, so layers without an int8 kernel fall back to half, not fp32
+            flags += ["INT8", "FP16"]
     if spec.weights == "refit":
         flags.append("REFIT")
     for name in flags:
         config.set_flag(getattr(trt.BuilderFlag, name))
     report.builder_flags = flags
+
+    if spec.precision == "int8":
+        calibrator = make_calibrator(trt, calibration_batches(spec, example_shape))
+        config.int8_calibrator = calibrator
+        report.keepalive.append(calibrator)  # TensorRT holds a raw pointer until the build
+        report.notes.update(int8_calibrator="IInt8EntropyCalibrator2",
+                            int8_calibration_batches=CALIBRATION_BATCHES,
+                            int8_calibration_seed=spec.seed + 1000)
 
     if spec.shape_mode == "dynamic":
         batch = int(example_shape[0])
@@ -337,7 +365,7 @@ def refit_engine(
     """
     values = named_weight_values(model, fold_bn=fold_bn, mode=mode)
     logger = make_logger(trt)
-    refitter = trt.Refitter(engine, logger)
+    refitter: tensorrt.Refitter = trt.Refitter(engine, logger)
     keep: list[Any] = []
     count = 0
     engine_names = list(refitter.get_all_weights())
@@ -452,6 +480,53 @@ def conv_parameters(
 
 
 # --------------------------------------------------------------------------------------
+# int8 calibration
+
+CALIBRATION_BATCHES = 8
+
+
+def calibration_batches(spec: BenchSpec, shape: Sequence[int]) -> list[torch.Tensor]:
+    """A seeded calibration set drawn like the benchmark's input (seed spec.seed + 1000, so
+    never the timed image), on the spec's device: get_batch hands TensorRT device pointers."""
+    generator = torch.Generator().manual_seed(spec.seed + 1000)
+    device = "cuda" if spec.device == "cuda" else "cpu"
+    return [torch.randn(tuple(int(d) for d in shape), generator=generator).to(device)
+            for _ in range(CALIBRATION_BATCHES)]
+
+
+def make_calibrator(trt: Any, batches: list[torch.Tensor]) -> Any:
+    """An IInt8EntropyCalibrator2 over `batches`, to TensorRT's documented Python API: the
+    subclass calls the base __init__, get_batch_size() returns the batch, get_batch(names)
+    returns one device pointer per input name (None when the set is exhausted), and
+    read/write_calibration_cache keep the cache in memory (None: calibrate)."""
+
+    class _Calibrator(trt.IInt8EntropyCalibrator2):
+        def __init__(self) -> None:
+            trt.IInt8EntropyCalibrator2.__init__(self)
+            self.batches = batches
+            self.index = 0
+            self.cache: bytes | None = None
+
+        def get_batch_size(self) -> int:
+            return int(self.batches[0].shape[0]) if self.batches else 1
+
+        def get_batch(self, names: list[str]) -> list[int] | None:
+            if self.index >= len(self.batches) or names != [INPUT_NAME]:
+                return None
+            batch = self.batches[self.index]
+            self.index += 1
+            return [int(batch.data_ptr())]
+
+        def read_calibration_cache(self) -> bytes | None:
+            return self.cache
+
+        def write_calibration_cache(self, cache: Any) -> None:
+            self.cache = bytes(memoryview(cache))
+
+    return _Calibrator()
+
+
+# --------------------------------------------------------------------------------------
 # helpers
 
 
@@ -479,7 +554,10 @@ def trt_dtype(trt: Any, dtype: torch.dtype) -> Any:
 
 
 def _precision_dtype(precision: str) -> torch.dtype:
-    table = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    # int8: the network's input, output and weights stay float32; the INT8 flag and the
+    # calibrator let the builder choose int8 kernels
+    table = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+             "int8": torch.float32}
     if precision not in table:
         raise ConversionError(f"precision: {precision!r} is not one of fp32, fp16, bf16")
     return table[precision]
@@ -567,7 +645,7 @@ class _Emitter:
         self.trt = trt
         self.report = report
         self.gm = gm
-        self.network = report.network
+        self.network: tensorrt.INetworkDefinition = report.network
         self.mode = report.mode  # trt-2.6 / trt-2.7 / trt-2.8
         self.refit = report.weights == "refit"
         self.folds = _bn_folds(gm) if options.fold_bn else {}

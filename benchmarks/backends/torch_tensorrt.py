@@ -58,6 +58,13 @@ def compile_settings(spec: BenchSpec, accepted: Iterable[str], version: str) -> 
     elif refittable:
         raise BackendUnavailable(f"torch_tensorrt {version} cannot build refittable engines "
                                  f"(weights {spec.weights!r})")
+    if spec.opt_level != "default":
+        if "optimization_level" in spec.options:
+            raise BackendUnavailable("opt_level and option optimization_level both given: "
+                                     "use opt_level")
+        if "optimization_level" not in names:
+            raise BackendUnavailable(f"torch_tensorrt {version} has no optimization_level")
+        settings["optimization_level"] = int(spec.opt_level)
     for key, value in spec.options.items():
         if key in RUNNER_OPTIONS:
             continue

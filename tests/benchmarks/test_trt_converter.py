@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ from benchmarks.backends import get_backend
 from benchmarks.backends.tensorrt import (
     NOT_INSTALLED,
     engine_layer_evidence,
+    evidence_diff,
+    fused_layer_names,
     spec_problem,
     tensorrt_importable,
 )
@@ -577,18 +578,38 @@ def test_standin_names_weights_only_once_a_layer_uses_them() -> None:
 # ------------------------------------------------------------------ backend surface
 
 
-def test_engine_inspector_evidence_counts_layers_by_type() -> None:
+def test_engine_evidence_speaks_the_inspectors_vocabulary_not_the_networks() -> None:
+    """The inspector's LayerType is a kernel family; its counts are reported under engine
+    keys and never beside the network's layer types, which count something else."""
     spec = tiny_spec()
     model = model_for(spec)
     trt, report = convert(model, spec)
     engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
     evidence = engine_layer_evidence(trt, engine)
     # the stand-in does not fuse: its engine has exactly the network's layers
-    assert evidence["trt_layer_count"] == sum(report.layer_counts.values())
-    assert evidence["trt_layers_by_type"]["CONVOLUTION"] == count(model, nn.Conv2d)
-    info = json.loads(engine.create_engine_inspector()
-                      .get_engine_information(trt.LayerInformationFormat.JSON))
-    assert len(info["Layers"]) == evidence["trt_layer_count"]
+    assert evidence["trt_engine_layers"] == sum(report.layer_counts.values())
+    assert evidence["trt_engine_kernel_families"]["CaskConvolution"] == count(model, nn.Conv2d)
+    assert "CONVOLUTION" not in evidence["trt_engine_kernel_families"]
+    assert evidence["trt_engine_fused_layers"] == 0
+    assert not {"trt_layer_count", "trt_layers_by_type"} & set(evidence)
+
+
+def test_fused_engine_layer_names_are_split_into_network_layers() -> None:
+    assert fused_layer_names("conv1 + bn1 + relu") == ["conv1", "bn1", "relu"]
+    assert fused_layer_names("PWN(PWN(add_1, relu_2), x)") == ["add_1", "relu_2", "x"]
+    assert fused_layer_names("Reformatting CopyNode for Input Tensor 0") == [
+        "Reformatting CopyNode for Input Tensor 0"]
+
+
+def test_evidence_diff_compares_like_with_like() -> None:
+    before = {"trt_network_layers_by_type": {"CONVOLUTION": 20, "SCALE": 20},
+              "trt_engine_kernel_families": {"CaskConvolution": 20, "PointWiseV2": 3}}
+    after = {"trt_network_layers_by_type": {"CONVOLUTION": 20, "CONSTANT": 120},
+             "trt_engine_kernel_families": {"CaskConvolution": 20, "PointWiseV2": 41}}
+    assert evidence_diff(before, after) == {
+        "trt_network_layers_by_type": {"CONSTANT": 120, "SCALE": -20},
+        "trt_engine_kernel_families": {"PointWiseV2": 38},
+    }
 
 
 @pytest.mark.skipif(HAS_TENSORRT, reason="tensorrt is importable here")
@@ -634,6 +655,6 @@ def test_real_tensorrt_engine_matches_eager(weights: str, path: str, shape_mode:
     compiled = get_backend("tensorrt").compile(model, x, spec)
     with torch.no_grad():
         assert rel_err(compiled.run(x), model(x)) < 1e-2  # TF32 kernels are allowed
-    assert compiled.evidence["trt_layer_count"] > 0
+    assert compiled.evidence["trt_engine_layers"] > 0
     if weights == "refit":
         assert compiled.evidence["trt_refit_count"] > 0

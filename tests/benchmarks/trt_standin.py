@@ -553,10 +553,11 @@ class ILayer:
 
 
 class INetworkDefinition:
-    __slots__ = ("_inputs", "_layers", "_outputs", "_weight_names", "flags")
+    __slots__ = ("_inputs", "_keep", "_layers", "_outputs", "_weight_names", "flags")
 
     def __init__(self, flags: int) -> None:
         self.flags = flags
+        self._keep: list[Any] = []  # stand-in: arrays the ONNX importer's Weights point into
         self._layers: list[ILayer] = []
         self._inputs: list[ITensor] = []
         self._outputs: list[ITensor] = []
@@ -773,6 +774,7 @@ class INetworkDefinition:
 
 
 class ITimingCache:
+    __slots__ = ("entries",)
     MAGIC = b"STANDIN-TIMING-CACHE:"
 
     def __init__(self, entries: int = 0) -> None:
@@ -783,6 +785,8 @@ class ITimingCache:
 
 
 class IOptimizationProfile:
+    __slots__ = ("shapes",)
+
     def __init__(self) -> None:
         self.shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
 
@@ -801,8 +805,37 @@ class IOptimizationProfile:
         return list(self.shapes[_check(input, str, "get_shape(input)")])
 
 
-class IBuilderConfig:
+class IInt8Calibrator:
+    """Base of TensorRT's calibrators: a Python subclass must call the base __init__."""
+
+    __slots__ = ("__dict__", "_initialised")
+
     def __init__(self) -> None:
+        self._initialised = True
+
+    def get_batch_size(self) -> int:
+        raise NotImplementedError("pure virtual")
+
+    def get_batch(self, names: list[str]) -> list[int] | None:
+        raise NotImplementedError("pure virtual")
+
+    def read_calibration_cache(self) -> Any:
+        raise NotImplementedError("pure virtual")
+
+    def write_calibration_cache(self, cache: Any) -> None:
+        raise NotImplementedError("pure virtual")
+
+
+class IInt8EntropyCalibrator2(IInt8Calibrator):
+    __slots__ = ()
+
+
+class IBuilderConfig:
+    __slots__ = ("_calibrator", "_flags", "_level", "_timing_cache", "_verbosity",
+                 "memory_pool_limits", "profiles")
+
+    def __init__(self) -> None:
+        self._calibrator: IInt8Calibrator | None = None
         self._flags: set[BuilderFlag] = {BuilderFlag.TF32}  # TensorRT's default
         self._level = 3
         self._verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
@@ -825,6 +858,17 @@ class IBuilderConfig:
 
     def get_flag(self, flag: BuilderFlag) -> bool:
         return self._flag(flag, "get_flag(flag)") in self._flags
+
+    @property
+    def int8_calibrator(self) -> IInt8Calibrator | None:
+        return self._calibrator
+
+    @int8_calibrator.setter
+    def int8_calibrator(self, value: IInt8Calibrator) -> None:
+        calibrator = _check(value, IInt8Calibrator, "int8_calibrator")
+        if not getattr(calibrator, "_initialised", False):
+            raise TypeError("int8_calibrator: the subclass did not call the base __init__")
+        self._calibrator = calibrator
 
     @property
     def builder_optimization_level(self) -> int:
@@ -879,6 +923,8 @@ _PLAN_IDS = itertools.count()
 
 
 class Builder:
+    __slots__ = ("logger", "networks")
+
     def __init__(self, logger: ILogger) -> None:
         self.logger = _check(logger, ILogger, "Builder(logger)")
         self.networks: list[INetworkDefinition] = []
@@ -901,6 +947,8 @@ class Builder:
         _check(config, IBuilderConfig, "build_serialized_network(config)")
         try:
             _validate(network, config)
+            if BuilderFlag.INT8 in config._flags:
+                _calibrate(network, config)
         except StandInError as exc:
             self.logger.log(Severity.ERROR, str(exc))
             return None
@@ -909,6 +957,37 @@ class Builder:
         plan = b"STANDIN-PLAN:%d" % next(_PLAN_IDS)
         _PLANS[plan] = (network, config)
         return plan
+
+
+def _calibrate(network: INetworkDefinition, config: IBuilderConfig) -> None:
+    """Drive the calibrator as TensorRT's builder does: read the cache, else ask for
+    batches by input name until get_batch returns None, reading each pointer's values
+    (batch x the input's per-sample shape, float32), then write the cache."""
+    calibrator = config._calibrator
+    if calibrator is None:
+        raise StandInError("INT8 without a calibrator: this network has no Q/DQ layers, so "
+                           "TensorRT needs int8_calibrator (or dynamic ranges)")
+    if calibrator.read_calibration_cache() is not None:
+        return
+    batch = calibrator.get_batch_size()
+    names = [t.name for t in network._inputs]
+    seen = 0
+    while True:
+        pointers = calibrator.get_batch(names)
+        if pointers is None:
+            break
+        if len(pointers) != len(names) or not all(isinstance(p, int) for p in pointers):
+            raise StandInError(f"calibrator: get_batch({names}) returned {pointers!r}")
+        for tensor, pointer in zip(network._inputs, pointers, strict=True):
+            per_sample = [d for d in tensor._declared_shape[1:]]
+            count = batch * math.prod(per_sample)
+            values = np.frombuffer(ctypes.string_at(pointer, 4 * count), np.float32)
+            if not np.isfinite(values).all():
+                raise StandInError("calibrator: a batch holds NaN or Inf")
+        seen += 1
+    if seen == 0:
+        raise StandInError("calibrator: get_batch returned no batch at all")
+    calibrator.write_calibration_cache(b"STANDIN-CALIBRATION:%d" % seen)
 
 
 def _validate(network: INetworkDefinition, config: IBuilderConfig) -> None:
@@ -941,7 +1020,33 @@ def _validate(network: INetworkDefinition, config: IBuilderConfig) -> None:
 # ---------------------------------------------------------------------------- runtime side
 
 
+# Engine inspector vocabulary. A real engine's DETAILED JSON lists engine layers after
+# fusion: "Name" joins the fused network layers' names with " + " (pointwise fusions read
+# "PWN(a, b)"), "LayerType" is the kernel family ("CaskConvolution", "PointWiseV2",
+# "Reformat", ...) and "ParameterType" the operation. The stand-in fuses nothing: one engine
+# layer per network layer, its family from this table (the stand-in's choice, not a claim
+# about which kernels TensorRT picks).
+_KERNEL_FAMILY = {
+    LayerType.CONVOLUTION: "CaskConvolution", LayerType.POOLING: "CaskPooling",
+    LayerType.MATRIX_MULTIPLY: "CaskGemmMatrixMultiply", LayerType.CAST: "Reformat",
+    LayerType.SCALE: "Scale", LayerType.SHUFFLE: "Shuffle", LayerType.SLICE: "Slice",
+    LayerType.CONSTANT: "Constant", LayerType.REDUCE: "Reduce",
+    LayerType.ACTIVATION: "PointWiseV2", LayerType.ELEMENTWISE: "PointWiseV2",
+    LayerType.UNARY: "PointWiseV2", LayerType.IDENTITY: "Reformat",
+}
+_PARAMETER_TYPE = {
+    LayerType.CONVOLUTION: "Convolution", LayerType.POOLING: "Pooling",
+    LayerType.MATRIX_MULTIPLY: "MatrixMultiply", LayerType.CAST: "Reformat",
+    LayerType.SCALE: "Scale", LayerType.SHUFFLE: "Shuffle", LayerType.SLICE: "Slice",
+    LayerType.CONSTANT: "Constant", LayerType.REDUCE: "Reduce",
+    LayerType.ACTIVATION: "PointWise", LayerType.ELEMENTWISE: "PointWise",
+    LayerType.UNARY: "PointWise", LayerType.IDENTITY: "Reformat",
+}
+
+
 class IEngineInspector:
+    __slots__ = ("_engine",)
+
     def __init__(self, engine: ICudaEngine) -> None:
         self._engine = engine
 
@@ -952,7 +1057,8 @@ class IEngineInspector:
         if format == LayerInformationFormat.ONELINE:
             return "\n".join(layer.name for layer in layers)
         entries: list[Any] = [
-            {"Name": layer.name, "LayerType": layer.kind.name} if detailed else layer.name
+            {"Name": layer.name, "LayerType": _KERNEL_FAMILY[layer.kind],
+             "ParameterType": _PARAMETER_TYPE[layer.kind]} if detailed else layer.name
             for layer in layers
         ]
         return json.dumps({"Layers": entries, "Bindings": [INPUT.name for INPUT in
@@ -960,6 +1066,8 @@ class IEngineInspector:
 
 
 class ICudaEngine:
+    __slots__ = ("_config", "_network", "refitted")
+
     def __init__(self, network: INetworkDefinition, config: IBuilderConfig) -> None:
         self._network = network
         self._config = config
@@ -998,15 +1106,105 @@ class ICudaEngine:
     def get_tensor_dtype(self, name: str) -> DataType:
         return _types(self._network)[self._named(name)._id]
 
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        return self._named(name).shape
+
     def create_engine_inspector(self) -> IEngineInspector:
         return IEngineInspector(self)
+
+    def create_execution_context(self) -> IExecutionContext:
+        return IExecutionContext(self)
 
     def evaluate(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Stand-in only: run the engine's network on the CPU, refitted weights included."""
         return evaluate(self._network, inputs, refitted=self.refitted)
 
 
+class IExecutionContext:
+    """Runs the engine on raw pointers like TensorRT: inputs are read from the addresses
+    given with set_tensor_address (host memory here, device memory there) and outputs
+    written to theirs. Stand-in rules mirror the documented ones: a dynamic input needs
+    set_input_shape inside the profile, every I/O tensor needs an address."""
+
+    __slots__ = ("_addresses", "_engine", "_shapes", "enqueues")
+
+    def __init__(self, engine: ICudaEngine) -> None:
+        self._engine = engine
+        self._addresses: dict[str, int] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self.enqueues = 0  # stand-in record
+
+    def _profile_fits(self, tensor: ITensor, shape: tuple[int, ...]) -> bool:
+        declared = tensor._declared_shape
+        if len(shape) != len(declared) or any(d not in (-1, s) for d, s in
+                                              zip(declared, shape, strict=True)):
+            return False
+        if -1 not in declared:
+            return True
+        for profile in self._engine._config.profiles:
+            if tensor.name in profile.shapes:
+                lo, _, hi = profile.shapes[tensor.name]
+                return all(a <= s <= c for a, s, c in zip(lo, shape, hi, strict=True))
+        return False
+
+    def set_input_shape(self, name: str, shape: Sequence[int]) -> bool:
+        tensor = self._engine._named(name)
+        dims = _dims(shape, "set_input_shape(shape)")
+        if tensor not in self._engine._network._inputs or not self._profile_fits(tensor, dims):
+            return False
+        self._shapes[name] = dims
+        return True
+
+    def _input_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        out = {}
+        for tensor in self._engine._network._inputs:
+            shape = self._shapes.get(tensor.name, tensor._declared_shape)
+            if -1 in shape:
+                return None
+            out[tensor.name] = shape
+        return out
+
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        tensor = self._engine._named(name)
+        shapes = self._input_shapes()
+        if tensor in self._engine._network._inputs:
+            return self._shapes.get(name, tensor._declared_shape)
+        if shapes is None:
+            return tensor.shape  # -1 where an input's shape is not set yet
+        metas = {n: torch.empty(s, device="meta") for n, s in shapes.items()}
+        return tuple(evaluate(self._engine._network, metas)[name].shape)
+
+    def set_tensor_address(self, name: str, memory: int) -> bool:
+        self._engine._named(name)
+        self._addresses[name] = _int(memory, "set_tensor_address(memory)")
+        return True
+
+    def execute_async_v3(self, stream_handle: int) -> bool:
+        _int(stream_handle, "execute_async_v3(stream_handle)")
+        shapes = self._input_shapes()
+        if shapes is None or set(self._addresses) != {t.name for t in self._engine._io()}:
+            return False
+        inputs = {}
+        for tensor in self._engine._network._inputs:
+            dtype = _TORCH_TYPES[tensor._declared_dtype]
+            count = math.prod(shapes[tensor.name])
+            raw = ctypes.string_at(self._addresses[tensor.name],
+                                   count * _ITEMSIZE[tensor._declared_dtype])
+            inputs[tensor.name] = torch.frombuffer(bytearray(raw), dtype=dtype).reshape(
+                shapes[tensor.name])
+        outputs = self._engine.evaluate(inputs)
+        types = _types(self._engine._network)
+        for tensor in self._engine._network._outputs:
+            value = outputs[tensor.name].to(_TORCH_TYPES[types[tensor._id]]).contiguous()
+            ctypes.memmove(self._addresses[tensor.name], value.data_ptr(),
+                           value.numel() * value.element_size())
+        self.enqueues += 1
+        return True
+
+
 class Runtime:
+    __slots__ = ("logger",)
+
     def __init__(self, logger: ILogger) -> None:
         self.logger = _check(logger, ILogger, "Runtime(logger)")
 
@@ -1018,7 +1216,36 @@ class Runtime:
         return ICudaEngine(*_PLANS[data])
 
 
+def _refit_groups(network: INetworkDefinition) -> list[set[str]]:
+    """Weights that must be refitted together. The stand-in's rule, after TensorRT's
+    documented behaviour that weights fused into one kernel are refitted as one: a layer's
+    own weights form a group, and a convolution whose output only feeds a scale layer
+    (the Conv+BatchNorm fusion) shares its group with that scale layer."""
+    names = network._weight_names
+    consumers: dict[int, list[ILayer]] = {}
+    for layer in network._layers:
+        for tensor in layer.inputs:
+            if tensor is not None:
+                consumers.setdefault(tensor._id, []).append(layer)
+    groups: dict[int, set[str]] = {}
+    for layer in network._layers:
+        own = {names[w.key()] for w in layer.weights().values() if w.key() in names}
+        groups.setdefault(id(layer), set()).update(own)
+        if layer.kind == LayerType.CONVOLUTION:
+            users = consumers.get(layer._outputs[0]._id, [])
+            if len(users) == 1 and users[0].kind == LayerType.SCALE:
+                merged = groups[id(layer)] | groups.setdefault(id(users[0]), set())
+                groups[id(layer)] = groups[id(users[0])] = merged
+    unique: list[set[str]] = []
+    for group in groups.values():
+        if group and all(group is not g for g in unique):
+            unique.append(group)
+    return unique
+
+
 class Refitter:
+    __slots__ = ("_engine", "_logger", "_pending")
+
     def __init__(self, engine: ICudaEngine, logger: ILogger) -> None:
         self._engine = _check(engine, ICudaEngine, "Refitter(engine)")
         self._logger = _check(logger, ILogger, "Refitter(logger)")
@@ -1033,7 +1260,14 @@ class Refitter:
         return sorted(self._named())
 
     def get_missing_weights(self) -> list[str]:
-        return []  # no fused dependencies in the stand-in: a partial refit is complete
+        """Names still to set before refit_cuda_engine: the rest of every group touched."""
+        if not self._engine.refittable:
+            return []
+        missing: set[str] = set()
+        for group in _refit_groups(self._engine._network):
+            if group & set(self._pending):
+                missing |= group - set(self._pending)
+        return sorted(missing)
 
     def set_named_weights(self, name: str, weights: Weights) -> bool:
         _check(name, str, "set_named_weights(name)")
@@ -1051,7 +1285,10 @@ class Refitter:
         return True
 
     def refit_cuda_engine(self) -> bool:
-        if not self._engine.refittable:
+        if not self._engine.refittable or self.get_missing_weights():
+            if self._engine.refittable:
+                self._logger.log(Severity.ERROR, "refit: weights missing: "
+                                 + ", ".join(self.get_missing_weights()[:5]))
             return False
         for name, weights in self._pending.items():
             self._engine.refitted[name] = weights.values()
@@ -1326,6 +1563,199 @@ def _run_layer(layer: ILayer, values: dict[int, torch.Tensor], refitted: dict[st
     raise StandInError(f"stand-in cannot evaluate {kind.name}")
 
 
+# ---------------------------------------------------------------------------- ONNX parser
+
+
+class ParserError:
+    __slots__ = ("_desc",)
+
+    def __init__(self, desc: str) -> None:
+        self._desc = desc
+
+    def desc(self) -> str:
+        return self._desc
+
+
+def _onnx_attrs(node: Any) -> dict[str, Any]:
+    import onnx
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _symmetric(pads: Sequence[int], what: str) -> tuple[int, ...]:
+    half = len(pads) // 2
+    if list(pads[:half]) != list(pads[half:]):
+        raise StandInError(f"{what}: asymmetric pads {list(pads)} (stand-in imports symmetric)")
+    return tuple(int(p) for p in pads[:half])
+
+
+def _onnx_weight_values(proto: Any) -> dict[str, np.ndarray]:
+    """Every weight the stand-in parser builds, by the name it gives it: conv and Gemm
+    initializers under their own names; BatchNormalization folded on the host into
+    '<scale initializer>' (the per-channel scale) and '<bias initializer>' (the shift)."""
+    from onnx import numpy_helper
+
+    inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    out: dict[str, np.ndarray] = {}
+    for node in proto.graph.node:
+        if node.op_type in ("Conv", "Gemm"):
+            for name in node.input[1:]:
+                if name:
+                    out[name] = np.ascontiguousarray(inits[name], np.float32)
+        elif node.op_type == "BatchNormalization":
+            gamma, beta, mean, var = (inits[n].astype(np.float64) for n in node.input[1:5])
+            eps = float(_onnx_attrs(node).get("epsilon", 1e-5))
+            scale = gamma / np.sqrt(var + eps)
+            out[node.input[1]] = np.ascontiguousarray(scale, np.float32)
+            out[node.input[2]] = np.ascontiguousarray(beta - mean * scale, np.float32)
+    return out
+
+
+def _import_onnx(network: INetworkDefinition, proto: Any) -> None:
+    """Fill `network` from an ONNX graph the way TensorRT's parser maps these ops: conv
+    and Gemm initializers become Weights named after the initializer, BatchNormalization
+    a per-channel scale layer. Ops outside a ResNet's set are an error, as an op without
+    an importer is for TensorRT."""
+    import onnx
+
+    weights = _onnx_weight_values(proto)
+    inits = {t.name for t in proto.graph.initializer}
+    values: dict[str, ITensor] = {}
+    held: list[Weights] = []
+
+    def w(name: str) -> Weights:
+        item = Weights(weights[name])
+        held.append(item)
+        return item
+
+    def named(layer: ILayer, roles: dict[str, str]) -> None:
+        for role, name in roles.items():
+            network.set_weights_name(layer.weights()[role], name)
+
+    for tensor in proto.graph.input:
+        if tensor.name in inits:
+            continue
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1
+                     for d in tensor.type.tensor_type.shape.dim)
+        dtype = {onnx.TensorProto.FLOAT: DataType.FLOAT,
+                 onnx.TensorProto.FLOAT16: DataType.HALF}[tensor.type.tensor_type.elem_type]
+        values[tensor.name] = network.add_input(tensor.name, dtype, dims)
+    for node in proto.graph.node:
+        attrs = _onnx_attrs(node)
+        op = node.op_type
+        if op not in ("Conv", "BatchNormalization", "Relu", "MaxPool", "GlobalAveragePool",
+                      "Flatten", "Gemm", "Add"):
+            raise StandInError(f"no importer for ONNX op {op} (node {node.name})")
+        x = values.get(node.input[0])
+        if x is None:
+            raise StandInError(f"{op} {node.name}: input {node.input[0]!r} is not a tensor")
+        if op == "Conv":
+            kernel = weights[node.input[1]]
+            bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+            layer = network.add_convolution_nd(x, int(kernel.shape[0]), kernel.shape[2:],
+                                               w(node.input[1]),
+                                               w(bias_name) if bias_name else Weights())
+            layer.stride_nd = tuple(attrs.get("strides", (1, 1)))
+            layer.padding_nd = _symmetric(attrs.get("pads", (0, 0, 0, 0)), node.name)
+            layer.dilation_nd = tuple(attrs.get("dilations", (1, 1)))
+            layer.num_groups = int(attrs.get("group", 1))
+            named(layer, {"kernel": node.input[1], **({"bias": bias_name} if bias_name else {})})
+        elif op == "BatchNormalization":
+            layer = network.add_scale_nd(x, ScaleMode.CHANNEL, w(node.input[2]),
+                                         w(node.input[1]), Weights(), 1)
+            named(layer, {"shift": node.input[2], "scale": node.input[1]})
+        elif op == "Relu":
+            layer = network.add_activation(x, ActivationType.RELU)
+        elif op == "MaxPool":
+            layer = network.add_pooling_nd(x, PoolingType.MAX, tuple(attrs["kernel_shape"]))
+            layer.stride_nd = tuple(attrs.get("strides", (1, 1)))
+            layer.padding_nd = _symmetric(attrs.get("pads", (0, 0, 0, 0)), node.name)
+        elif op == "GlobalAveragePool":
+            layer = network.add_reduce(x, ReduceOperation.AVG, (1 << 2) | (1 << 3), True)
+        elif op == "Flatten":
+            if int(attrs.get("axis", 1)) != 1:
+                raise StandInError(f"Flatten {node.name}: axis {attrs['axis']}")
+            layer = network.add_shuffle(x)
+            layer.reshape_dims = (0, -1)
+        elif op == "Gemm":
+            if int(attrs.get("transB", 0)) != 1 or int(attrs.get("transA", 0)) != 0:
+                raise StandInError(f"Gemm {node.name}: only transB=1")
+            const = network.add_constant(weights[node.input[1]].shape, w(node.input[1]))
+            named(const, {"weights": node.input[1]})
+            layer = network.add_matrix_multiply(x, MatrixOperation.NONE, const.get_output(0),
+                                                MatrixOperation.TRANSPOSE)
+            if len(node.input) > 2 and node.input[2]:
+                bias = weights[node.input[2]]
+                bconst = network.add_constant((1, int(bias.size)), w(node.input[2]))
+                named(bconst, {"weights": node.input[2]})
+                layer = network.add_elementwise(layer.get_output(0), bconst.get_output(0),
+                                                ElementWiseOperation.SUM)
+        else:  # Add
+            layer = network.add_elementwise(x, values[node.input[1]], ElementWiseOperation.SUM)
+        out = layer.get_output(0)
+        out.name = node.output[0]
+        values[node.output[0]] = out
+    for output in proto.graph.output:
+        network.mark_output(values[output.name])
+    network._keep = held
+
+
+class OnnxParser:
+    __slots__ = ("_errors", "_logger", "_network")
+
+    def __init__(self, network: INetworkDefinition, logger: ILogger) -> None:
+        self._network = _check(network, INetworkDefinition, "OnnxParser(network)")
+        self._logger = _check(logger, ILogger, "OnnxParser(logger)")
+        self._errors: list[ParserError] = []
+
+    @property
+    def num_errors(self) -> int:
+        return len(self._errors)
+
+    def get_error(self, index: int) -> ParserError:
+        return self._errors[_int(index, "get_error(index)")]
+
+    def parse_from_file(self, model: str) -> bool:
+        import onnx
+
+        _check(model, str, "parse_from_file(model)")
+        try:
+            _import_onnx(self._network, onnx.load(model))
+        except (StandInError, KeyError, ValueError, TypeError) as exc:
+            self._errors.append(ParserError(str(exc)))
+            return False
+        return True
+
+
+class OnnxParserRefitter:
+    __slots__ = ("_errors", "_logger", "_refitter")
+
+    def __init__(self, refitter: Refitter, logger: ILogger) -> None:
+        self._refitter = _check(refitter, Refitter, "OnnxParserRefitter(refitter)")
+        self._logger = _check(logger, ILogger, "OnnxParserRefitter(logger)")
+        self._errors: list[ParserError] = []
+
+    @property
+    def num_errors(self) -> int:
+        return len(self._errors)
+
+    def get_error(self, index: int) -> ParserError:
+        return self._errors[_int(index, "get_error(index)")]
+
+    def refit_from_file(self, model: str) -> bool:
+        import onnx
+
+        values = _onnx_weight_values(onnx.load(_check(model, str, "refit_from_file(model)")))
+        for name in self._refitter.get_all_weights():
+            if name not in values:
+                self._errors.append(ParserError(f"{name}: not in {model}"))
+                return False
+            if not self._refitter.set_named_weights(name, Weights(values[name])):
+                self._errors.append(ParserError(f"{name}: refused"))
+                return False
+        return True
+
+
 # ---------------------------------------------------------------------------- the module object
 
 
@@ -1366,6 +1796,17 @@ class TensorRTStandIn:
     Builder = Builder
     Runtime = Runtime
     Refitter = Refitter
+    IInt8Calibrator = IInt8Calibrator
+    IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
+    IBuilderConfig = IBuilderConfig
+    ICudaEngine = ICudaEngine
+    IExecutionContext = IExecutionContext
+    EngineInspector = IEngineInspector  # TensorRT spells it without the I
+    IOptimizationProfile = IOptimizationProfile
+    ITimingCache = ITimingCache
+    OnnxParser = OnnxParser
+    OnnxParserRefitter = OnnxParserRefitter
+    ParserError = ParserError
     ITensor = ITensor
     ILayer = ILayer
     INetworkDefinition = INetworkDefinition
