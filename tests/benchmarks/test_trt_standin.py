@@ -198,7 +198,7 @@ def test_ranks_are_checked_when_the_layer_is_created() -> None:
     image = network.add_input("y", trt.float32, (2, 8, 4, 4))
     with pytest.raises(ValueError, match="rank"):
         network.add_convolution_nd(flat, 4, (3, 3), trt.Weights(np.ones((4, 8, 3, 3), np.float32)))
-    bias = network.add_constant((8,), trt.Weights(np.ones(8, np.float32))).get_output(0)
+    bias = si._out(network.add_constant((8,), trt.Weights(np.ones(8, np.float32))))
     with pytest.raises(ValueError, match="equal rank"):
         network.add_elementwise(image, bias, trt.ElementWiseOperation.SUM)
     assert image.shape == (2, 8, 4, 4) and bias.shape == (8,)
@@ -211,6 +211,7 @@ def test_missing_weights_names_what_a_partial_refit_left_out() -> None:
     trt = si.TensorRTStandIn()
     report = tc.build_network(trt, model, (1, 3, 32, 32), spec)
     engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
+    assert engine is not None
     refitter = trt.Refitter(engine, trt.Logger())
     kernel = tc.named_weight_values(model)["conv1.weight"].numpy().copy()
     assert refitter.set_named_weights("conv1.weight", trt.Weights(kernel))

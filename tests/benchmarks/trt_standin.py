@@ -1611,6 +1611,12 @@ def _onnx_weight_values(proto: Any) -> dict[str, np.ndarray]:
     return out
 
 
+def _out(layer: ILayer) -> ITensor:
+    tensor = layer.get_output(0)
+    assert tensor is not None
+    return tensor
+
+
 def _import_onnx(network: INetworkDefinition, proto: Any) -> None:
     """Fill `network` from an ONNX graph the way TensorRT's parser maps these ops: conv
     and Gemm initializers become Weights named after the initializer, BatchNormalization
@@ -1682,17 +1688,17 @@ def _import_onnx(network: INetworkDefinition, proto: Any) -> None:
                 raise StandInError(f"Gemm {node.name}: only transB=1")
             const = network.add_constant(weights[node.input[1]].shape, w(node.input[1]))
             named(const, {"weights": node.input[1]})
-            layer = network.add_matrix_multiply(x, MatrixOperation.NONE, const.get_output(0),
+            layer = network.add_matrix_multiply(x, MatrixOperation.NONE, _out(const),
                                                 MatrixOperation.TRANSPOSE)
             if len(node.input) > 2 and node.input[2]:
                 bias = weights[node.input[2]]
                 bconst = network.add_constant((1, int(bias.size)), w(node.input[2]))
                 named(bconst, {"weights": node.input[2]})
-                layer = network.add_elementwise(layer.get_output(0), bconst.get_output(0),
+                layer = network.add_elementwise(_out(layer), _out(bconst),
                                                 ElementWiseOperation.SUM)
         else:  # Add
             layer = network.add_elementwise(x, values[node.input[1]], ElementWiseOperation.SUM)
-        out = layer.get_output(0)
+        out = _out(layer)
         out.name = node.output[0]
         values[node.output[0]] = out
     for output in proto.graph.output:
