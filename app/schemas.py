@@ -268,6 +268,8 @@ class CellSpecPublic(BaseModel):
     precision: str
     batch_size: int
     shape_mode: str
+    opt_level: str = Field(default="default",
+                           description="the backend's optimization level (default: its own)")
     device: str
     image_size: int
     width: int
