@@ -12,7 +12,7 @@ import copy
 import functools
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -93,8 +93,17 @@ def convert(model: nn.Module, spec: BenchSpec, trt: Any = None,
     return trt, tc.build_network(trt, model, shape, spec)
 
 
+def net(report: tc.ConversionReport) -> si.INetworkDefinition:
+    """The network as the stand-in's type (the report is typed with TensorRT's)."""
+    return cast(si.INetworkDefinition, report.network)
+
+
+def cfg(report: tc.ConversionReport) -> si.IBuilderConfig:
+    return cast(si.IBuilderConfig, report.config)
+
+
 def layers_of(report: tc.ConversionReport, kind: si.LayerType) -> list[si.ILayer]:
-    return [layer for layer in report.network.layers if layer.kind == kind]
+    return [layer for layer in net(report).layers if layer.kind == kind]
 
 
 def producer_kind(tensor: si.ITensor | None) -> si.LayerType | None:
@@ -242,7 +251,7 @@ def test_the_three_release_networks_side_by_side(shape_mode: str) -> None:
     for mode in tc.TRT_MODES:
         spec = mode_spec(mode, shape_mode=shape_mode)
         trt, report = convert(model, spec)
-        kinds = Counter(layer.kind.name for layer in report.network.layers)
+        kinds = Counter(layer.kind.name for layer in net(report).layers)
         assert dict(kinds) == expected[mode], mode
         assert report.layer_counts == expected[mode]  # what the evidence reports
         assert report.evidence()["trt_mode"] == mode
@@ -261,7 +270,7 @@ def test_elementwise_batchnorm_is_built_in_torch_tensorrt_26s_order_and_ranks() 
     (1, C, 1, 1) and, with a static input, a slice before each of the last two layers."""
     bn = nn.BatchNorm2d(5).eval()
     _, report = convert(nn.Sequential(bn), mode_spec("trt-2.6"), shape=(2, 5, 4, 4))
-    layers = report.network.layers
+    layers = net(report).layers
     assert [layer.kind for layer in layers] == [
         L.CONSTANT, L.CONSTANT, L.CONSTANT, L.CONSTANT, L.CONSTANT,  # gamma beta mean var eps
         L.SHUFFLE, L.SLICE, L.ELEMENTWISE,  # var + eps
@@ -308,8 +317,8 @@ def test_refit_is_its_own_axis_and_works_with_every_mode(mode: str) -> None:
 def test_refit_sets_the_refit_flag_and_names_every_weight_after_its_layer_uses_it() -> None:
     model = model_for(tiny_spec())
     _, report = convert(model, tiny_spec(weights="refit"))
-    assert report.config.get_flag(si.BuilderFlag.REFIT)
-    named = report.network.weight_names
+    assert cfg(report).get_flag(si.BuilderFlag.REFIT)
+    named = net(report).weight_names
     assert sorted(named) == sorted(tc.named_weight_values(model))
     conv = layers_of(report, si.LayerType.CONVOLUTION)[0]
     assert named["conv1.weight"] is conv.weights()["kernel"]
@@ -318,8 +327,8 @@ def test_refit_sets_the_refit_flag_and_names_every_weight_after_its_layer_uses_i
 @pytest.mark.parametrize("weights", ["constant", "tensor"])
 def test_only_refit_builds_a_refittable_network(weights: str) -> None:
     _, report = convert(model_for(tiny_spec()), tiny_spec(weights=weights))
-    assert not report.config.get_flag(si.BuilderFlag.REFIT)
-    assert report.network.weight_names == {}
+    assert not cfg(report).get_flag(si.BuilderFlag.REFIT)
+    assert net(report).weight_names == {}
 
 
 @pytest.mark.parametrize("weights", ["constant", "tensor"])
@@ -332,12 +341,12 @@ def test_reduced_precision_sets_its_flag_and_weights_take_the_input_dtype_withou
     float32 graph behind cast layers would be a network none of those releases built."""
     spec = tiny_spec(precision=precision, weights=weights)
     trt, report = convert(model_for(spec).to(dtype), spec)
-    assert report.config.get_flag(si.BuilderFlag[flag])
+    assert cfg(report).get_flag(si.BuilderFlag[flag])
     assert report.builder_flags == [flag]
-    assert not report.network.strongly_typed
+    assert not net(report).strongly_typed
     assert layers_of(report, si.LayerType.CAST) == []
-    io_type = report.network.get_input(0).declared_dtype
-    for layer in report.network.layers:
+    io_type = net(report).get_input(0).declared_dtype
+    for layer in net(report).layers:
         for role, w in layer.weights().items():
             assert w.is_empty or w.dtype == io_type, (layer.name, role)
     tc.build_plan(trt, report)
@@ -345,15 +354,15 @@ def test_reduced_precision_sets_its_flag_and_weights_take_the_input_dtype_withou
 
 def test_fp32_sets_no_precision_flag() -> None:
     _, report = convert(model_for(tiny_spec()), tiny_spec(precision="fp32"))
-    assert not report.config.get_flag(si.BuilderFlag.FP16)
-    assert not report.config.get_flag(si.BuilderFlag.BF16)
+    assert not cfg(report).get_flag(si.BuilderFlag.FP16)
+    assert not cfg(report).get_flag(si.BuilderFlag.BF16)
     assert layers_of(report, si.LayerType.CAST) == []
 
 
 def test_strongly_typed_fp16_carries_fp16_weights_and_no_precision_flag() -> None:
     spec = tiny_spec(precision="fp16", options={"strongly_typed": True})
     trt, report = convert(model_for(tiny_spec()).half(), spec)
-    assert report.network.strongly_typed and report.builder_flags == []
+    assert net(report).strongly_typed and report.builder_flags == []
     conv = layers_of(report, si.LayerType.CONVOLUTION)[0]
     assert conv.weights()["kernel"].dtype == si.DataType.HALF
     tc.build_plan(trt, report)  # the stand-in refuses mixed types in strongly typed nets
@@ -373,8 +382,8 @@ def test_tensorrt_11_has_no_weak_typing_so_types_carry_the_precision() -> None:
 def test_dynamic_shape_gets_a_profile_from_one_to_twice_the_batch() -> None:
     spec = tiny_spec(shape_mode="dynamic", batch_size=4)
     _, report = convert(model_for(spec), spec, shape=(4, 3, 32, 32))
-    assert report.network.get_input(0).declared_shape == (-1, 3, 32, 32)
-    (profile,) = report.config.profiles
+    assert net(report).get_input(0).declared_shape == (-1, 3, 32, 32)
+    (profile,) = cfg(report).profiles
     assert profile.get_shape(tc.INPUT_NAME) == [(1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32)]
     assert report.profile == {"min": [1, 3, 32, 32], "opt": [4, 3, 32, 32],
                               "max": [8, 3, 32, 32]}
@@ -382,21 +391,21 @@ def test_dynamic_shape_gets_a_profile_from_one_to_twice_the_batch() -> None:
 
 def test_static_shape_has_no_profile() -> None:
     _, report = convert(model_for(tiny_spec()), tiny_spec())
-    assert report.config.profiles == []
-    assert report.network.get_input(0).declared_shape == (2, 3, 32, 32)
+    assert cfg(report).profiles == []
+    assert net(report).get_input(0).declared_shape == (2, 3, 32, 32)
 
 
 def test_optimization_level_and_workspace_come_from_the_options() -> None:
     spec = tiny_spec(options={"optimization_level": 5, "workspace_mb": 64})
     _, report = convert(model_for(spec), spec)
-    assert report.config.builder_optimization_level == 5
-    assert report.config.memory_pool_limits[si.MemoryPoolType.WORKSPACE] == 64 << 20
-    assert report.config.profiling_verbosity == si.ProfilingVerbosity.DETAILED
+    assert cfg(report).builder_optimization_level == 5
+    assert cfg(report).memory_pool_limits[si.MemoryPoolType.WORKSPACE] == 64 << 20
+    assert cfg(report).profiling_verbosity == si.ProfilingVerbosity.DETAILED
 
 
 def test_default_optimization_level_is_three() -> None:
     _, report = convert(model_for(tiny_spec()), tiny_spec())
-    assert report.config.builder_optimization_level == 3
+    assert cfg(report).builder_optimization_level == 3
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -427,7 +436,7 @@ def test_timing_cache_is_saved_after_a_build_and_loaded_by_the_next(tmp_path: Pa
 def test_a_failed_build_raises_with_tensorrts_logged_reason() -> None:
     spec = tiny_spec(precision="fp16", options={"strongly_typed": True})
     trt, report = convert(model_for(tiny_spec()).half(), spec)
-    report.config.set_flag(trt.BuilderFlag.FP16)  # TensorRT refuses this combination
+    cfg(report).set_flag(trt.BuilderFlag.FP16)  # TensorRT refuses this combination
     with pytest.raises(tc.ConversionError, match="strongly typed"):
         tc.build_plan(trt, report)
 
