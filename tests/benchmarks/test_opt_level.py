@@ -95,3 +95,26 @@ def test_onnxruntime_int8_has_only_constant_weights() -> None:
     reason = ORT.unavailable_reason(spec(backend="onnxruntime", precision="int8",
                                          weights="tensor"))
     assert reason is not None and "int8" in reason
+
+
+def test_onnxruntime_int8_is_static_qdq_quantization_within_the_int8_tolerance() -> None:
+    """A tiny ResNet quantized with the seeded calibration set: quantized kernels in the
+    session's graph, the calibration recorded, and the output near the fp32 eager one."""
+    import torch
+
+    from benchmarks.accuracy import compare, tolerance
+    from benchmarks.models import build_model, example_input
+
+    tiny = spec(backend="onnxruntime", precision="int8", model="resnet18", width=8,
+                image_size=32, num_classes=10, options={"intra_op_threads": 1})
+    model = build_model(tiny).eval()
+    x = example_input(tiny)
+    compiled = ORT.compile(model, x, tiny)
+    ev = compiled.evidence
+    assert ev["int8_format"] == "QDQ" and ev["int8_calibration_seed"] == tiny.seed + 1000
+    counts = ev["onnx_node_counts"]
+    assert counts.get("QLinearConv", 0) + counts.get("QuantizeLinear", 0) > 0
+    with torch.no_grad():
+        accuracy = compare(compiled.run(x), model(x), tolerance("int8", "cpu"))
+    assert accuracy.passed, accuracy
+    assert accuracy.rel_l2 > 1e-4  # it really is quantized, not the fp32 graph
