@@ -15,7 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 from app.detection.policy import DetectionPolicy
 from benchmarks import model_ref
 from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
-from benchmarks.spec import BACKENDS, PRECISIONS, SHAPE_MODES, WEIGHTS
+from benchmarks.spec import ALL_OPT_LEVELS, BACKENDS, PRECISIONS, SHAPE_MODES, WEIGHTS
 
 
 class StrictModel(BaseModel):
@@ -66,6 +66,7 @@ BackendName = Annotated[str, _one_of(BACKENDS), _enum(BACKENDS)]
 WeightsName = Annotated[str, _one_of(WEIGHTS), _enum(WEIGHTS)]
 PrecisionName = Annotated[str, _one_of(PRECISIONS), _enum(PRECISIONS)]
 ShapeModeName = Annotated[str, _one_of(SHAPE_MODES), _enum(SHAPE_MODES)]
+OptLevelName = Annotated[str, _one_of(ALL_OPT_LEVELS), _enum(ALL_OPT_LEVELS)]
 
 # Ids are PostgreSQL `integer`s: a larger number in a path or cursor is a 422, not a 500.
 ID_MAX = 2**31 - 1
@@ -163,6 +164,13 @@ class MatrixIn(StrictModel):
         default=[1], min_length=1, max_length=16
     )
     shape_modes: list[ShapeModeName] = Field(default=["static"], min_length=1, max_length=4)
+    opt_levels: list[OptLevelName] = Field(
+        default=["default"], min_length=1, max_length=8,
+        description="Optimization levels, each backend's own: onnxruntime disabled, basic, "
+        "extended, layout, all; inductor (torch.compile modes) max-autotune-no-cudagraphs, "
+        "max-autotune, reduce-overhead; tensorrt and torch_tensorrt 0-5. A level a backend "
+        "does not have is left out for it; \"default\" is each backend's own default. A "
+        "non-default level is part of the series key (opt_level=...).")
     device: str = Field(
         default="cpu",
         max_length=64,
@@ -377,6 +385,8 @@ class CellSpecPublic(BaseModel):
     precision: str
     batch_size: int
     shape_mode: str
+    opt_level: str = Field(default="default",
+                           description="the backend's optimization level (default: its own)")
     device: str
     image_size: int
     width: int

@@ -16,7 +16,10 @@ import torch
 from benchmarks.result import Accuracy
 
 # Relative L2 tolerance per precision of the run being checked.
-TOLERANCES: dict[str, float] = {"fp32": 1e-3, "fp16": 2e-2, "bf16": 5e-2}
+TOLERANCES: dict[str, float] = {"fp32": 1e-3, "fp16": 2e-2, "bf16": 5e-2, "int8": 0.1}
+# int8: ONNX Runtime's static QDQ quantization (benchmarks/backends/onnxruntime.py) measured
+# 0.034 relative L2 on ResNet50 at 224 and 0.047 on ResNet18 at 64 here (seed 0); a
+# dropped layer or a wrong scale lands near 1. 0.1 is about twice what was measured.
 # fp32 on CUDA: cuDNN and TensorRT use TF32 tensor cores for fp32 convolutions by default
 # (10-bit mantissa), which is a documented, intended loss; judge it like half precision.
 TF32_TOLERANCE = 1e-2

@@ -69,17 +69,30 @@ def build_matrix(
     batches: str,
     shapes: str,
     base: BenchSpec,
+    opt_levels: str = "default",
 ) -> list[BenchSpec]:
-    """The cross product of the comma lists, each spec validated (BadInput names the first)."""
-    from benchmarks.spec import SpecError
+    """The cross product of the comma lists, each spec validated (BadInput names the first).
 
+    Optimization levels are each backend's own (benchmarks.spec.OPT_LEVELS): a level that
+    some backend of the list has is skipped for the others, one that none has is refused."""
+    from benchmarks.spec import OPT_LEVELS, SpecError
+
+    levels = _split(opt_levels, "opt-level")
+    backend_list = _split(backends, "backend")
+    for level in levels:
+        if not any(level in OPT_LEVELS.get(b, ()) for b in backend_list):
+            raise BadInput(f"--opt-level: {level!r} is a level of none of "
+                           f"{', '.join(backend_list)}")
     specs = []
-    for model, backend, weight, precision, batch, shape in itertools.product(
-        _split(models, "model"), _split(backends, "backend"), _split(weights, "weights"),
+    for model, backend, weight, precision, batch, shape, level in itertools.product(
+        _split(models, "model"), backend_list, _split(weights, "weights"),
         _split(precisions, "precision"), _ints(batches, "batch"), _split(shapes, "shape"),
+        levels,
     ):
+        if level not in OPT_LEVELS.get(backend, ()):
+            continue
         spec = replace(base, model=model, backend=backend, weights=weight, precision=precision,
-                       batch_size=batch, shape_mode=shape)
+                       batch_size=batch, shape_mode=shape, opt_level=level)
         try:
             specs.append(spec.validate())
         except SpecError as exc:
@@ -102,8 +115,11 @@ def _evidence_line(result: BenchResult) -> str:
         if isinstance(counts, dict) and counts and all(isinstance(v, int) for v in counts.values()):
             parts.append(f"nodes {sum(counts.values())}")
             break
+    if isinstance(ev.get("ort_opt_level"), str):
+        parts.append(f"ort {ev['ort_opt_level']}")
     for key, label in (("inductor_kernels", "inductor kernels"),
-                       ("trt_layer_count", "trt layers"), ("graph_breaks", "graph breaks")):
+                       ("trt_engine_layers", "trt engine layers"),
+                       ("graph_breaks", "graph breaks")):
         if isinstance(ev.get(key), (int, float)):
             parts.append(f"{label} {ev[key]}")
     if result.compile_seconds is not None:

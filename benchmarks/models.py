@@ -257,7 +257,11 @@ _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def model_dtype(precision: str) -> torch.dtype:
-    """The dtype eager runs in for a precision (the candidate may choose its own kernels)."""
+    """The dtype eager runs in for a precision (the candidate may choose its own kernels).
+
+    int8 has no eager counterpart: eager runs fp32 and the candidate quantizes."""
+    if precision == "int8":
+        return torch.float32
     try:
         return _DTYPES[precision]
     except KeyError:

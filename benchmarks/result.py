@@ -109,7 +109,7 @@ class BenchResult:
     compile_seconds: float | None = None
     # peak memory: CUDA allocator peak on GPU, process max-RSS growth on CPU
     peak_memory_bytes: dict[str, int] = field(default_factory=dict)
-    # kernels_per_inference, onnx_node_counts{op:n}, trt_layer_count, inductor_kernels, ...
+    # kernels_per_inference, onnx_node_counts{op:n}, trt_engine_layers, inductor_kernels, ...
     evidence: dict[str, Any] = field(default_factory=dict)
     # python, packages{name:version}, cuda, cudnn, driver, gpu, cpu, device_class,
     # nvml_start{...}, nvml_end{...}, throttled

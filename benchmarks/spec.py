@@ -17,9 +17,27 @@ from benchmarks.model_ref import BUILTIN_MODELS
 MODELS = BUILTIN_MODELS
 BACKENDS = ("eager", "inductor", "onnxruntime", "tensorrt", "torch_tensorrt")
 WEIGHTS = ("constant", "tensor", "refit")
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+# int8: eager runs fp32; the candidate quantizes (ONNX Runtime static QDQ quantization with a
+# seeded calibration set, TensorRT's INT8 flag with an entropy calibrator)
+INT8_BACKENDS = ("onnxruntime", "tensorrt")
 SHAPE_MODES = ("static", "dynamic")
 DEVICES = ("cpu", "cuda")
+
+# Optimization level: one axis, each backend's own scale. "default" is what the backend does
+# when nobody says (ONNX Runtime: all; inductor: mode "default"; TensorRT and
+# Torch-TensorRT: builder_optimization_level 3); naming the default explicitly is the same
+# measurement and the same series.
+OPT_LEVELS: dict[str, tuple[str, ...]] = {
+    "eager": ("default",),
+    "onnxruntime": ("default", "disabled", "basic", "extended", "layout", "all"),
+    "inductor": ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"),
+    "tensorrt": ("default", "0", "1", "2", "3", "4", "5"),
+    "torch_tensorrt": ("default", "0", "1", "2", "3", "4", "5"),
+}
+OPT_LEVEL_DEFAULTS = {"onnxruntime": "all", "tensorrt": "3", "torch_tensorrt": "3"}
+ALL_OPT_LEVELS = tuple(dict.fromkeys(level for levels in OPT_LEVELS.values()
+                                     for level in levels))
 
 Weights = Literal["constant", "tensor", "refit"]
 Precision = Literal["fp32", "fp16", "bf16"]
@@ -124,7 +142,9 @@ class BenchSpec:
     width: int = 64  # channels of the stem; 64 is the standard ResNet
     num_classes: int = 1000
     seed: int = 0
-    # backend-specific settings passed through (e.g. optimization_level, timing_cache)
+    # the backend's optimization level (OPT_LEVELS), "default" for its own default
+    opt_level: str = "default"
+    # backend-specific settings passed through (e.g. timing_cache)
     options: dict[str, Any] = field(default_factory=dict)
     timing: TimingPolicy = field(default_factory=TimingPolicy)
 
@@ -163,7 +183,20 @@ class BenchSpec:
             raise SpecError(f"timing.target_half_width: {target!r} must be a number in [0, 0.5)")
         if self.weights == "refit" and self.backend not in ("tensorrt", "torch_tensorrt"):
             raise SpecError("weights: 'refit' exists only for the tensorrt backends")
+        levels = OPT_LEVELS.get(self.backend, ("default",))
+        if self.opt_level not in levels:
+            raise SpecError(f"opt_level: {self.opt_level!r} is not a level of {self.backend} "
+                            f"({', '.join(levels)})")
+        if self.precision == "int8" and self.backend not in INT8_BACKENDS:
+            raise SpecError(f"precision: 'int8' exists only for {', '.join(INT8_BACKENDS)}")
         return self
+
+    @property
+    def opt_level_key(self) -> str:
+        """The level as the series key names it: "default" also for the default named."""
+        if self.opt_level == OPT_LEVEL_DEFAULTS.get(self.backend):
+            return "default"
+        return self.opt_level
 
     @property
     def model_label(self) -> str:
@@ -239,11 +272,14 @@ class BenchSpec:
             device_class=device_class,
             threads=self.threads,
             timing_mode=timing_mode or self.requested_timing_mode,
-            options=measurement_options(self.options),
+            options=measurement_options(self.options, self.opt_level_key),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if data["opt_level"] == "default":
+            del data["opt_level"]  # documents and spec hashes from before the axis stay equal
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchSpec:
@@ -295,16 +331,19 @@ CHILD_SIDES = ("baseline", "candidate")
 _NOT_MEASUREMENT_OPTIONS = {"threads"}
 
 
-def measurement_options(options: dict[str, Any]) -> str:
+def measurement_options(options: dict[str, Any], opt_level: str = "default") -> str:
     """Options that change what is measured, as one stable key segment ("" for none).
 
     `threads` has its own segment; options starting with "_" are harness-internal (test
-    faults, the side a split child times); `sides=paired`, the default, adds nothing.
+    faults, the side a split child times); `sides=paired`, the default, adds nothing. A
+    non-default optimization level joins the segment as `opt_level=<level>`, so every series
+    measured before the axis existed keeps its key.
     """
     items = sorted(
-        (str(k), v) for k, v in options.items()
-        if k not in _NOT_MEASUREMENT_OPTIONS and not str(k).startswith("_")
-        and not (k == "sides" and v == "paired")  # the default design: no segment
+        [(str(k), v) for k, v in options.items()
+         if k not in _NOT_MEASUREMENT_OPTIONS and not str(k).startswith("_")
+         and not (k == "sides" and v == "paired")]  # the default design: no segment
+        + ([("opt_level", opt_level)] if opt_level != "default" else [])
     )
     return ",".join(f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
                     for k, v in items)

@@ -1,23 +1,42 @@
 """Our converter from a PyTorch module to a TensorRT network, through the network definition API.
 
-Owns: walking the module's torch.fx graph and emitting TensorRT layers, the two weight
-representations the product measures, the builder configuration (precision, optimization
-level, static or dynamic shapes, timing cache, refit) and refitting a built engine.
+Owns: walking the module's torch.fx graph and emitting TensorRT layers, the network patterns
+the product measures, the builder configuration (precision, optimization level, static or
+dynamic shapes, timing cache, refit, int8 calibration) and refitting a built engine.
 
-Weight representations (the point of the tensorrt backend):
-- `constant`: weights handed to the layer as `trt.Weights`, so the builder sees them and may
-  fuse Conv+BatchNorm(+ReLU) into one kernel with pre-transformed weights.
-- `tensor`: the layer gets EMPTY `trt.Weights` and the weights arrive through
-  `layer.set_input(1/2, constant_layer.get_output(0))`, and BatchNorm becomes elementwise
-  arithmetic on constant tensors: the pattern Torch-TensorRT 2.7's converters emit, which
-  is what the regression series measures.
-- `refit`: `constant` wiring plus the REFIT builder flag and a name on every weight
-  (`network.set_weights_name`), so `refit_engine` can swap weights without a rebuild.
+Network modes (option `trt_mode`): each reproduces what one Torch-TensorRT release's dynamo
+converters emit for a Conv2d and a BatchNorm2d, so a regression and its fix can be measured
+one change at a time (upstream files: py/torch_tensorrt/dynamo/conversion/impl/conv.py and
+impl/normalization/ops.py, at the release tags v2.6.0, v2.7.0 and v2.8.0):
+- `trt-2.6`: conv kernel and bias handed to add_convolution_nd as `trt.Weights` (2.6 turns
+  them into numpy arrays in the input's dtype); BatchNorm as elementwise arithmetic on
+  constants: gamma, beta, mean and var as rank-1 constants, eps as a rank-0 constant, then
+  var+eps, sqrt, gamma/std, mean*scale, beta-that, two shuffles to (1, C, 1, 1), x*scale and
+  +shift. Torch-TensorRT's binary elementwise helper first prepends ones to the lower-rank
+  operand (a shuffle) and, where neither operand has a dynamic dimension, expands both to
+  one shape with a stride-0 slice; both steps are reproduced, so eps costs a shuffle and a
+  slice and, with static shapes, x*scale and +shift a slice each.
+- `trt-2.7`: the same BatchNorm; conv kernel and bias become constant layers (in the input's
+  dtype) wired in with `set_input(1)` / `set_input(2)` and empty `trt.Weights` on the layer:
+  the 2.7 regression, where the builder no longer saw conv weights as weights.
+- `trt-2.8`: conv weights back to `trt.Weights`; BatchNorm, when all its parameters are
+  tensors of the module, folded on the host into one `add_scale_nd(CHANNEL)` with shift,
+  scale and a power of ones, channel axis 1: the fix.
+Every mode carries weights in the input's dtype and adds no cast layers, as those releases
+did. Not reproduced: upstream makes eps a float32 constant whatever the input's dtype, so in
+half precision its type promotion inserts casts; here eps takes the input's dtype.
+
+Weight representations (`spec.weights`, the product's axis) and the modes they build:
+- `constant` is `trt-2.8` (the default for it; `trt-2.6` may be asked for).
+- `tensor` is `trt-2.7`: so constant-vs-tensor compares 2.8 with 2.7, which changes the
+  conv wiring AND the BatchNorm pattern. The conv change alone is `trt-2.6` vs `trt-2.7`.
+- `refit`: any mode (default `trt-2.8`) plus the REFIT builder flag and a name on every
+  weight (`network.set_weights_name`), so `refit_engine` can swap weights without a rebuild.
 
 `trt` (the tensorrt module) is passed in rather than imported: production passes the real
 module, the unit tests pass tests/benchmarks/trt_standin.py, which records and evaluates
-what we build. Nothing here may touch an attribute of TensorRT the documented TensorRT 10
-Python API does not have.
+what we build. The objects it returns are annotated with the `tensorrt` stubs' classes
+(tensorrt-stubs, see scripts/trt_stubs.py), so mypy checks every call made on them.
 """
 
 from __future__ import annotations
@@ -36,6 +55,8 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    import tensorrt
+
     from benchmarks.spec import BenchSpec
 
 INPUT_NAME = "input"
@@ -44,7 +65,13 @@ DEFAULT_OPTIMIZATION_LEVEL = 3
 
 # Options in spec.options this module reads (the backend reads `path` itself).
 CONVERTER_OPTIONS = ("optimization_level", "timing_cache", "fold_bn", "strongly_typed",
-                     "workspace_mb")
+                     "workspace_mb", "trt_mode")
+
+TRT_MODES = ("trt-2.6", "trt-2.7", "trt-2.8")
+# the mode each weight representation builds when `trt_mode` is not given
+DEFAULT_MODE = {"constant": "trt-2.8", "tensor": "trt-2.7", "refit": "trt-2.8"}
+# conv weights as ITensors (set_input) only in 2.7
+TENSOR_CONV_MODES = ("trt-2.7",)
 
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.float16: np.float16}
 
@@ -69,6 +96,30 @@ class ConverterOptions:
     fold_bn: bool = False
     strongly_typed: bool = False
     workspace_mb: int | None = None
+    trt_mode: str | None = None  # None: DEFAULT_MODE of the spec's weights
+
+    def mode_for(self, weights: str) -> str:
+        """The network mode a spec with these weights builds; ConversionError if they clash."""
+        mode = self.trt_mode or DEFAULT_MODE.get(weights)
+        if mode is None:
+            raise ConversionError(f"weights {weights!r} have no TensorRT network mode")
+        if weights == "tensor" and mode not in TENSOR_CONV_MODES:
+            raise ConversionError(f"option trt_mode: {mode} hands conv weights over as "
+                                  "trt.Weights; weights 'tensor' is trt-2.7")
+        if weights == "constant" and mode in TENSOR_CONV_MODES:
+            raise ConversionError(f"option trt_mode: {mode} feeds conv weights as tensors; "
+                                  "use weights 'tensor' (or 'refit')")
+        return mode
+
+    @classmethod
+    def for_spec(cls, spec: BenchSpec) -> ConverterOptions:
+        """The options, with the spec's opt_level axis as the builder optimization level."""
+        if spec.opt_level == "default":
+            return cls.from_spec(spec.options)
+        if "optimization_level" in spec.options:
+            raise ConversionError("opt_level and option optimization_level both given: "
+                                  "use opt_level")
+        return cls.from_spec({**spec.options, "optimization_level": int(spec.opt_level)})
 
     @classmethod
     def from_spec(cls, options: dict[str, Any]) -> ConverterOptions:
@@ -89,7 +140,12 @@ class ConverterOptions:
             isinstance(workspace, bool) or not isinstance(workspace, int) or workspace <= 0
         ):
             raise ConversionError(f"option workspace_mb: {workspace!r} must be a positive integer")
-        return cls(optimization_level=level, timing_cache=cache, workspace_mb=workspace, **flags)
+        mode = options.get("trt_mode")
+        if mode is not None and mode not in TRT_MODES:
+            raise ConversionError(f"option trt_mode: {mode!r} is not one of "
+                                  f"{', '.join(TRT_MODES)}")
+        return cls(optimization_level=level, timing_cache=cache, workspace_mb=workspace,
+                   trt_mode=mode, **flags)
 
 
 @dataclass
@@ -101,11 +157,12 @@ class ConversionReport:
     """
 
     logger: Any
-    builder: Any
-    network: Any
-    config: Any
+    builder: tensorrt.Builder
+    network: tensorrt.INetworkDefinition
+    config: tensorrt.IBuilderConfig
     path: str  # "network" (our converter) or "onnx" (TensorRT's ONNX parser)
     weights: str  # constant / tensor / refit
+    mode: str  # trt-2.6 / trt-2.7 / trt-2.8 (what the network reproduces)
     typing: str  # "weak" (precision flags) or "strong" (types decide precision)
     io_dtype: torch.dtype
     weight_dtype: torch.dtype
@@ -128,6 +185,7 @@ class ConversionReport:
         wiring = Counter(self.weight_wiring.values())
         return {
             "trt_path": self.path,
+            "trt_mode": self.mode if self.path == "network" else None,
             "trt_typing": self.typing,
             "trt_builder_flags": list(self.builder_flags),
             "trt_optimization_level": self.optimization_level,
@@ -167,7 +225,7 @@ def build_network(
 
     `io_dtype` is the dtype of the tensor run() will be given (default: the spec's precision).
     """
-    options = ConverterOptions.from_spec(spec.options)
+    options = ConverterOptions.for_spec(spec)
     report = start_network(trt, spec, options, io_dtype=io_dtype, path="network")
     graph_module = _trace(model)
     emitter = _Emitter(trt, report, graph_module, options)
@@ -190,17 +248,23 @@ def start_network(
     # the types of the weights and inputs alone decide precision.
     weak_available = hasattr(trt.BuilderFlag, "FP16")
     strong = options.strongly_typed or not weak_available
+    if spec.precision == "int8" and strong:
+        # implicit quantization (the INT8 flag and a calibrator) needs a weakly typed
+        # network; TensorRT 11 has none, and strongly typed networks need explicit Q/DQ
+        raise ConversionError("int8 through a calibrator needs a weakly typed network "
+                              "(TensorRT 10, option strongly_typed false)")
     logger = make_logger(trt)
-    builder = trt.Builder(logger)
+    builder: tensorrt.Builder = trt.Builder(logger)
     flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if strong else 0
     network = builder.create_network(flags)
     config = builder.create_builder_config()
-    weight_dtype = _precision_dtype(spec.precision) if strong else torch.float32
+    # Torch-TensorRT 2.6-2.8 convert weights to the input's dtype (to_numpy / to_torch with
+    # dtype=input.dtype in impl/conv.py): no cast layers, strongly typed or not
     return ConversionReport(
         logger=logger, builder=builder, network=network, config=config, path=path,
-        weights=spec.weights, typing="strong" if strong else "weak", io_dtype=dtype,
-        weight_dtype=weight_dtype, optimization_level=options.optimization_level,
-        fold_bn=options.fold_bn,
+        weights=spec.weights, mode=options.mode_for(spec.weights),
+        typing="strong" if strong else "weak", io_dtype=dtype, weight_dtype=dtype,
+        optimization_level=options.optimization_level, fold_bn=options.fold_bn,
     )
 
 
@@ -225,11 +289,22 @@ def configure(
             flags.append("FP16")
         elif spec.precision == "bf16":
             flags.append("BF16")
+        elif spec.precision == "int8":
+            # FP16 as well, so layers without an int8 kernel fall back to half, not fp32
+            flags += ["INT8", "FP16"]
     if spec.weights == "refit":
         flags.append("REFIT")
     for name in flags:
         config.set_flag(getattr(trt.BuilderFlag, name))
     report.builder_flags = flags
+
+    if spec.precision == "int8":
+        calibrator = make_calibrator(trt, calibration_batches(spec, example_shape))
+        config.int8_calibrator = calibrator
+        report.keepalive.append(calibrator)  # TensorRT holds a raw pointer until the build
+        report.notes.update(int8_calibrator="IInt8EntropyCalibrator2",
+                            int8_calibration_batches=CALIBRATION_BATCHES,
+                            int8_calibration_seed=spec.seed + 1000)
 
     if spec.shape_mode == "dynamic":
         batch = int(example_shape[0])
@@ -281,15 +356,16 @@ def refit_engine(
     *,
     weight_dtype: torch.dtype = torch.float32,
     fold_bn: bool = False,
+    mode: str = "trt-2.8",
 ) -> int:
     """Refit a refittable engine with `model`'s current weights; returns how many were set.
 
     Weights are derived exactly as `build_network` derived them (same names, same BN
-    arithmetic), so `weight_dtype` and `fold_bn` must match the build.
+    arithmetic), so `weight_dtype`, `fold_bn` and `mode` must match the build.
     """
-    values = named_weight_values(model, fold_bn=fold_bn)
+    values = named_weight_values(model, fold_bn=fold_bn, mode=mode)
     logger = make_logger(trt)
-    refitter = trt.Refitter(engine, logger)
+    refitter: tensorrt.Refitter = trt.Refitter(engine, logger)
     keep: list[Any] = []
     count = 0
     engine_names = list(refitter.get_all_weights())
@@ -313,17 +389,34 @@ def refit_engine(
     return count
 
 
-def named_weight_values(model: nn.Module, *, fold_bn: bool = False) -> dict[str, torch.Tensor]:
-    """Every named weight a `refit` network carries, computed from the model's state.
+def named_weight_values(model: nn.Module, *, fold_bn: bool = False,
+                        mode: str = "trt-2.8") -> dict[str, torch.Tensor]:
+    """Every named weight a `refit` network of `mode` carries, from the model's state.
 
     Names follow the module paths: '<conv>.weight'/'<conv>.bias' (BN folded in when
-    `fold_bn`), '<bn>.scale'/'<bn>.shift', '<linear>.weight'/'<linear>.bias'.
+    `fold_bn`), '<linear>.weight'/'<linear>.bias', and for BatchNorm '<bn>.scale',
+    '<bn>.shift', '<bn>.power' (trt-2.8) or '<bn>.weight', '<bn>.bias',
+    '<bn>.running_mean', '<bn>.running_var', '<bn>.eps' (trt-2.6, trt-2.7).
     """
-    return _graph_weight_values(_trace(model), fold_bn=fold_bn)
+    return _graph_weight_values(_trace(model), fold_bn=fold_bn, mode=mode)
+
+
+def batchnorm_constants(bn: nn.BatchNorm2d) -> dict[str, torch.Tensor]:
+    """The five constants of the elementwise BatchNorm (trt-2.6/2.7), by role; eps rank 0."""
+    if bn.running_mean is None or bn.running_var is None:
+        raise ConversionError("BatchNorm2d without running statistics cannot be converted")
+    channels = int(bn.num_features)
+    return {
+        "weight": bn.weight.detach() if bn.weight is not None else torch.ones(channels),
+        "bias": bn.bias.detach() if bn.bias is not None else torch.zeros(channels),
+        "running_mean": bn.running_mean.detach(),
+        "running_var": bn.running_var.detach(),
+        "eps": torch.tensor(float(bn.eps)),
+    }
 
 
 def _graph_weight_values(
-    graph_module: torch.fx.GraphModule, *, fold_bn: bool
+    graph_module: torch.fx.GraphModule, *, fold_bn: bool, mode: str
 ) -> dict[str, torch.Tensor]:
     folds = _bn_folds(graph_module) if fold_bn else {}
     values: dict[str, torch.Tensor] = {}
@@ -340,9 +433,14 @@ def _graph_weight_values(
         elif isinstance(module, nn.BatchNorm2d) and not any(
             n is node for n, _ in folds.values()
         ):
-            scale, shift = batchnorm_scale_shift(module)
-            values[f"{node.target}.scale"] = scale
-            values[f"{node.target}.shift"] = shift
+            if mode == "trt-2.8":
+                scale, shift = batchnorm_scale_shift(module)
+                values[f"{node.target}.scale"] = scale
+                values[f"{node.target}.shift"] = shift
+                values[f"{node.target}.power"] = torch.ones_like(scale)
+            else:
+                for role, value in batchnorm_constants(module).items():
+                    values[f"{node.target}.{role}"] = value
         elif isinstance(module, nn.Linear):
             values[f"{node.target}.weight"] = module.weight.detach()
             if module.bias is not None:
@@ -382,6 +480,53 @@ def conv_parameters(
 
 
 # --------------------------------------------------------------------------------------
+# int8 calibration
+
+CALIBRATION_BATCHES = 8
+
+
+def calibration_batches(spec: BenchSpec, shape: Sequence[int]) -> list[torch.Tensor]:
+    """A seeded calibration set drawn like the benchmark's input (seed spec.seed + 1000, so
+    never the timed image), on the spec's device: get_batch hands TensorRT device pointers."""
+    generator = torch.Generator().manual_seed(spec.seed + 1000)
+    device = "cuda" if spec.device == "cuda" else "cpu"
+    return [torch.randn(tuple(int(d) for d in shape), generator=generator).to(device)
+            for _ in range(CALIBRATION_BATCHES)]
+
+
+def make_calibrator(trt: Any, batches: list[torch.Tensor]) -> Any:
+    """An IInt8EntropyCalibrator2 over `batches`, to TensorRT's documented Python API: the
+    subclass calls the base __init__, get_batch_size() returns the batch, get_batch(names)
+    returns one device pointer per input name (None when the set is exhausted), and
+    read/write_calibration_cache keep the cache in memory (None: calibrate)."""
+
+    class _Calibrator(trt.IInt8EntropyCalibrator2):
+        def __init__(self) -> None:
+            trt.IInt8EntropyCalibrator2.__init__(self)
+            self.batches = batches
+            self.index = 0
+            self.cache: bytes | None = None
+
+        def get_batch_size(self) -> int:
+            return int(self.batches[0].shape[0]) if self.batches else 1
+
+        def get_batch(self, names: list[str]) -> list[int] | None:
+            if self.index >= len(self.batches) or names != [INPUT_NAME]:
+                return None
+            batch = self.batches[self.index]
+            self.index += 1
+            return [int(batch.data_ptr())]
+
+        def read_calibration_cache(self) -> bytes | None:
+            return self.cache
+
+        def write_calibration_cache(self, cache: Any) -> None:
+            self.cache = bytes(memoryview(cache))
+
+    return _Calibrator()
+
+
+# --------------------------------------------------------------------------------------
 # helpers
 
 
@@ -409,7 +554,10 @@ def trt_dtype(trt: Any, dtype: torch.dtype) -> Any:
 
 
 def _precision_dtype(precision: str) -> torch.dtype:
-    table = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    # int8: the network's input, output and weights stay float32; the INT8 flag and the
+    # calibrator let the builder choose int8 kernels
+    table = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+             "int8": torch.float32}
     if precision not in table:
         raise ConversionError(f"precision: {precision!r} is not one of fp32, fp16, bf16")
     return table[precision]
@@ -470,6 +618,11 @@ def _op_label(target: Any) -> str:
     return f"{module}.{name}" if module else name
 
 
+def _shape(tensor: Any) -> tuple[int, ...]:
+    """An ITensor's dimensions as known while the network is built (-1: dynamic)."""
+    return tuple(int(d) for d in tensor.shape)
+
+
 def _pair(value: int | Sequence[int], what: str) -> tuple[int, int]:
     if isinstance(value, int):
         return (value, value)
@@ -492,8 +645,9 @@ class _Emitter:
         self.trt = trt
         self.report = report
         self.gm = gm
-        self.network = report.network
-        self.mode = report.weights  # constant / tensor / refit
+        self.network: tensorrt.INetworkDefinition = report.network
+        self.mode = report.mode  # trt-2.6 / trt-2.7 / trt-2.8
+        self.refit = report.weights == "refit"
         self.folds = _bn_folds(gm) if options.fold_bn else {}
         self.folded_bn_nodes = {bn_node for bn_node, _ in self.folds.values()}
         self.counts: Counter[str] = Counter()
@@ -523,7 +677,7 @@ class _Emitter:
     def _weights(self, value: torch.Tensor, name: str, wiring: str) -> Any:
         weights = _to_weights(self.trt, value, self.report.weight_dtype, self.report.keepalive)
         self.report.weight_wiring[name] = wiring
-        if self.mode == "refit":
+        if self.refit:
             # TensorRT names weights only once a layer uses them: _layer() names these
             self.unnamed.append((weights, name))
         return weights
@@ -537,10 +691,6 @@ class _Emitter:
         weights = self._weights(value.reshape(dims), name, wiring)
         layer = self._layer("CONSTANT", self.network.add_constant(dims, weights), name)
         return layer.get_output(0)
-
-    def _cast(self, tensor: Any, dtype: torch.dtype, name: str) -> Any:
-        layer = self.network.add_cast(tensor, trt_dtype(self.trt, dtype))
-        return self._layer("CAST", layer, name).get_output(0)
 
     # ---- the walk
 
@@ -558,10 +708,6 @@ class _Emitter:
                     raise ConversionError("models with more than one input are not supported")
                 tensor = self.network.add_input(INPUT_NAME, trt_dtype(trt, report.io_dtype),
                                                 tuple(shape))
-                if report.io_dtype != report.weight_dtype:
-                    # weakly typed: compute types are the builder's choice; the cast only
-                    # states that the half/bf16 input feeds a float32-typed graph
-                    tensor = self._cast(tensor, report.weight_dtype, "input_cast")
                 self.values[node] = tensor
             elif node.op == "call_module":
                 self.values[node] = self._module(node)
@@ -578,8 +724,6 @@ class _Emitter:
         if len(outputs) != 1:
             raise ConversionError("the traced model has no output")
         out = outputs[0]
-        if report.io_dtype != report.weight_dtype:
-            out = self._cast(out, report.io_dtype, "output_cast")
         out.name = OUTPUT_NAME
         self.network.mark_output(out)
         report.layer_counts = dict(self.counts)
@@ -648,7 +792,9 @@ class _Emitter:
         kernel, bias = conv_parameters(conv, bn)
         out_channels = int(kernel.shape[0])
         kernel_shape = tuple(int(k) for k in kernel.shape[2:])
-        if self.mode == "tensor":
+        if self.mode in TENSOR_CONV_MODES:
+            # 2.7 (impl/conv.py): kernel and bias through get_trt_tensor, i.e. constant
+            # layers of the weights' own shape, wired in with set_input; empty Weights
             layer = self.network.add_convolution_nd(x, out_channels, kernel_shape,
                                                     self._empty(), self._empty())
             self._layer("CONVOLUTION", layer, name)
@@ -669,51 +815,81 @@ class _Emitter:
         return layer.get_output(0)
 
     def _batchnorm(self, name: str, x: Any, bn: nn.BatchNorm2d) -> Any:
-        trt = self.trt
-        if self.mode == "tensor":
-            return self._batchnorm_as_tensors(name, x, bn)
+        if self.mode == "trt-2.8":
+            return self._batchnorm_scale(name, x, bn)
+        return self._batchnorm_elementwise(name, x, bn)
+
+    def _batchnorm_scale(self, name: str, x: Any, bn: nn.BatchNorm2d) -> Any:
+        """2.8 (impl/normalization/ops.py): parameters folded on the host into scale and
+        shift, a power of ones, one add_scale_nd(CHANNEL) on channel axis 1."""
         scale, shift = batchnorm_scale_shift(bn)
-        layer = self.network.add_scale(
-            x, trt.ScaleMode.CHANNEL,
-            shift=self._weights(shift, f"{name}.shift", "weights"),
-            scale=self._weights(scale, f"{name}.scale", "weights"),
-            power=self._empty(),
+        layer = self.network.add_scale_nd(
+            x, self.trt.ScaleMode.CHANNEL,
+            self._weights(shift, f"{name}.shift", "weights"),
+            self._weights(scale, f"{name}.scale", "weights"),
+            self._weights(torch.ones_like(scale), f"{name}.power", "weights"),
+            1,
         )
         return self._layer("SCALE", layer, name).get_output(0)
 
-    def _batchnorm_as_tensors(self, name: str, x: Any, bn: nn.BatchNorm2d) -> Any:
-        """BN from its raw parameters as constant tensors and elementwise arithmetic.
-
-        (x * (gamma / sqrt(var + eps))) + (beta - mean * gamma / sqrt(var + eps)): what
-        Torch-TensorRT 2.7 emits when weights are tensors; the builder must constant-fold
-        the parameter arithmetic before it can see a per-channel scale to fuse.
-        """
+    def _batchnorm_elementwise(self, name: str, x: Any, bn: nn.BatchNorm2d) -> Any:
+        """2.6 and 2.7 (impl/normalization/ops.py): the raw parameters as constants and
+        (x * (gamma / sqrt(var + eps))) + (beta - mean * gamma / sqrt(var + eps)); the builder
+        must constant-fold the parameter arithmetic before it sees a per-channel scale."""
         trt = self.trt
-        if bn.running_mean is None or bn.running_var is None:
-            raise ConversionError(f"{name}: BatchNorm2d without running statistics")
-        channels = int(bn.num_features)
-        bshape = (1, channels, 1, 1)
-        ones, zeros = torch.ones(channels), torch.zeros(channels)
-        gamma = self._constant(bn.weight.detach() if bn.weight is not None else ones,
-                               f"{name}.weight", "tensor", bshape)
-        beta = self._constant(bn.bias.detach() if bn.bias is not None else zeros,
-                              f"{name}.bias", "tensor", bshape)
-        mean = self._constant(bn.running_mean.detach(), f"{name}.running_mean", "tensor", bshape)
-        var = self._constant(bn.running_var.detach(), f"{name}.running_var", "tensor", bshape)
-        eps = self._constant(torch.full((1,), float(bn.eps)), f"{name}.eps", "constant-layer",
-                             (1, 1, 1, 1))
         op = trt.ElementWiseOperation
-
-        def ew(a: Any, b: Any, kind: Any) -> Any:
-            return self._layer("ELEMENTWISE", self.network.add_elementwise(a, b, kind),
-                               name).get_output(0)
-
-        std = self._layer("UNARY", self.network.add_unary(ew(var, eps, op.SUM),
-                                                          trt.UnaryOperation.SQRT),
+        const = {role: self._constant(value, f"{name}.{role}", "constant-layer")
+                 for role, value in batchnorm_constants(bn).items()}
+        std = self._binary(name, const["running_var"], const["eps"], op.SUM)
+        std = self._layer("UNARY", self.network.add_unary(std, trt.UnaryOperation.SQRT),
                           name).get_output(0)
-        scale = ew(gamma, std, op.DIV)
-        shift = ew(beta, ew(mean, scale, op.PROD), op.SUB)
-        return ew(ew(x, scale, op.PROD), shift, op.SUM)
+        scale = self._binary(name, const["weight"], std, op.DIV)
+        shift = self._binary(name, const["bias"],
+                             self._binary(name, const["running_mean"], scale, op.PROD), op.SUB)
+        channels = (1, int(bn.num_features), 1, 1)
+        scale = self._reshape(name, scale, channels)
+        shift = self._reshape(name, shift, channels)
+        return self._binary(name, self._binary(name, x, scale, op.PROD), shift, op.SUM)
+
+    def _binary(self, name: str, a: Any, b: Any, kind: Any) -> Any:
+        """An elementwise layer as Torch-TensorRT's convert_binary_elementwise builds it
+        (impl/elementwise/base.py): ranks made equal by prepending ones to the lower one
+        (a shuffle, converter_utils.broadcast) and, where neither operand has a dynamic
+        dimension, both expanded to one shape (broadcast_to_same_shape: impl.slice.expand,
+        a slice whose stride is 0 along the broadcast dimensions)."""
+        a_shape, b_shape = _shape(a), _shape(b)
+        if len(a_shape) < len(b_shape):
+            a, a_shape = self._prepend_ones(name, a, a_shape, len(b_shape) - len(a_shape))
+        elif len(b_shape) < len(a_shape):
+            b, b_shape = self._prepend_ones(name, b, b_shape, len(a_shape) - len(b_shape))
+        if -1 not in a_shape and -1 not in b_shape and a_shape != b_shape:
+            target = tuple(max(p, q) for p, q in zip(a_shape, b_shape, strict=True))
+            if a_shape != target:
+                a = self._expand(name, a, a_shape, target)
+            if b_shape != target:
+                b = self._expand(name, b, b_shape, target)
+        return self._layer("ELEMENTWISE", self.network.add_elementwise(a, b, kind),
+                           name).get_output(0)
+
+    def _prepend_ones(self, name: str, x: Any, shape: tuple[int, ...],
+                      count: int) -> tuple[Any, tuple[int, ...]]:
+        if -1 in shape:
+            # upstream computes the shape with shape layers then; no converter here needs it
+            raise ConversionError(f"{name}: broadcasting a dynamically shaped operand")
+        dims = (1,) * count + shape
+        return self._reshape(name, x, dims), dims
+
+    def _reshape(self, name: str, x: Any, dims: tuple[int, ...]) -> Any:
+        layer = self.network.add_shuffle(x)
+        self._layer("SHUFFLE", layer, name)
+        layer.reshape_dims = dims
+        return layer.get_output(0)
+
+    def _expand(self, name: str, x: Any, shape: tuple[int, ...],
+                target: tuple[int, ...]) -> Any:
+        stride = tuple(int(i == o) for i, o in zip(shape, target, strict=True))
+        layer = self.network.add_slice(x, (0,) * len(target), target, stride)
+        return self._layer("SLICE", layer, name).get_output(0)
 
     def _relu(self, name: str, x: Any) -> Any:
         layer = self.network.add_activation(x, self.trt.ActivationType.RELU)

@@ -1,8 +1,8 @@
 """`speedwatch bench`: measure a matrix of specs locally and print (or save) the results.
 
-Comma-separated values in --model, --backend, --weights, --precision, --batch and --shape
-form a cross product, one spec per combination (benchmarks.matrix.build_matrix). Each spec
-runs in its own child process by default (--isolate): a crash costs one row, and
+Comma-separated values in --model, --backend, --weights, --precision, --batch, --shape and
+--opt-level form a cross product, one spec per combination (benchmarks.matrix.build_matrix).
+Each spec runs in its own child process by default (--isolate): a crash costs one row, and
 torch.compile variants do not share dynamo's cache within one process.
 
 --processes K measures each spec in K child processes, one after another, merged into one
@@ -63,6 +63,11 @@ def register(cli: typer.Typer) -> None:
         precision: str = typer.Option("fp32", help="fp32, fp16, bf16 (comma list)."),
         batch: str = typer.Option("1", help="Batch sizes, comma-separated."),
         shape: str = typer.Option("static", help="static, dynamic (comma list)."),
+        opt_level: str = typer.Option(
+            "default", "--opt-level", help="Optimization levels (comma list), each "
+            "backend's own: onnxruntime disabled/basic/extended/layout/all, inductor "
+            "max-autotune-no-cudagraphs/..., tensorrt and torch_tensorrt 0-5; default: "
+            "the backend's default."),
         device: str = typer.Option("cpu", help="cpu or cuda."),
         rounds: int | None = typer.Option(None, min=1, help="Paired rounds per process (at "
                                           "most; default: the service's timing defaults)."),
@@ -146,7 +151,8 @@ def register(cli: typer.Typer) -> None:
                              num_classes=num_classes, seed=seed, options=options,
                              timing=policy)
             specs = build_matrix(models=local_models(model), backends=backend, weights=weights,
-                                 precisions=precision, batches=batch, shapes=shape, base=base)
+                                 precisions=precision, batches=batch, shapes=shape, base=base,
+                                 opt_levels=opt_level)
             if json_out is not None and json_out.parent and not json_out.parent.is_dir():
                 raise BadInput(f"--json: directory {str(json_out.parent)!r} does not exist")
         except BadInput as exc:

@@ -62,6 +62,7 @@ class MatrixOptions:
     precisions: list[str] = field(default_factory=lambda: ["fp32"])
     batch_sizes: list[int] = field(default_factory=lambda: [1])
     shape_modes: list[str] = field(default_factory=lambda: ["static"])
+    opt_levels: list[str] = field(default_factory=lambda: ["default"])
     device: str = "cpu"
     image_size: int | None = None
     width: int | None = None
@@ -75,6 +76,8 @@ class MatrixOptions:
             "precisions": self.precisions, "batch_sizes": self.batch_sizes,
             "shape_modes": self.shape_modes, "device": self.device,
         }
+        if self.opt_levels != ["default"]:
+            body["opt_levels"] = self.opt_levels
         if self.image_size is not None:
             body["image_size"] = self.image_size
         if self.width is not None:
@@ -168,6 +171,9 @@ def submit(
     precision: list[str] | None = typer.Option(None, help="fp32, fp16, bf16."),
     batch: list[str] | None = typer.Option(None, help="Batch sizes, e.g. 1,8."),
     shape_mode: list[str] | None = typer.Option(None, help="static, dynamic."),
+    opt_level: list[str] | None = typer.Option(
+        None, "--opt-level", help="Optimization levels, each backend's own (onnxruntime "
+        "disabled/basic/extended/all, inductor max-autotune-no-cudagraphs, tensorrt 0-5)."),
     device: str | None = typer.Option(None, help='"cpu" (default), "cuda" or a GPU class the '
                                       'server routes.'),
     image_size: int | None = typer.Option(None, help="Input image size (default 224)."),
@@ -254,7 +260,8 @@ def submit(
         matrix = MatrixOptions(device=device, image_size=image_size, width=width,
                                threads=threads or None, sides=sides)
         for attr, values in (("models", model), ("backends", backend), ("weights", weights),
-                             ("precisions", precision), ("shape_modes", shape_mode)):
+                             ("precisions", precision), ("shape_modes", shape_mode),
+                             ("opt_levels", opt_level)):
             if values:
                 setattr(matrix, attr, _split(values))
         if batch:

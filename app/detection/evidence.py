@@ -20,7 +20,8 @@ Document = BenchResult | Mapping[str, Any]
 # keys follow with underscores turned into spaces.
 _EVIDENCE_NAMES = {
     "kernels_per_inference": "kernels per inference",
-    "trt_layer_count": "engine layers",
+    "trt_engine_layers": "engine layers",
+    "trt_layer_count": "engine layers",  # results stored before issue 17
     "onnx_node_counts": "onnx nodes",
     "inductor_kernels": "inductor kernels",
     "graph_breaks": "graph breaks",

@@ -46,7 +46,7 @@ from app.services.common import (
 from app.services.tokens import EVERY_PROJECT, ProjectAccess
 from app.services.workers import check_interpreter
 from benchmarks.result import BenchResult
-from benchmarks.spec import BenchSpec, SpecError, default_sides, default_timing
+from benchmarks.spec import OPT_LEVELS, BenchSpec, SpecError, default_sides, default_timing
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,7 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
         _unique(matrix.precisions),
         _unique(matrix.batch_sizes),
         _unique(matrix.shape_modes),
+        _unique(matrix.opt_levels),
     ]
     total = 1
     for axis in axes:
@@ -124,15 +125,20 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
             f"{total} cells is more than this server's limit of {settings.max_matrix_cells}",
         )
     planned: list[PlannedCell] = []
-    for model, backend, weights, precision, batch_size, shape_mode in itertools.product(*axes):
+    for level in _unique(matrix.opt_levels):
+        if not any(level in OPT_LEVELS.get(b, ()) for b in matrix.backends):
+            raise InvalidRequest("matrix.opt_levels", f"{level!r} is a level of none of the "
+                                 f"backends {', '.join(_unique(matrix.backends))}")
+    for model, backend, weights, precision, batch_size, shape_mode, opt_level in \
+            itertools.product(*axes):
         spec = replace(
             base, model=model, backend=backend, weights=weights, precision=precision,
-            batch_size=batch_size, shape_mode=shape_mode,
+            batch_size=batch_size, shape_mode=shape_mode, opt_level=opt_level,
         )
         try:
             spec.validate()
         except SpecError as exc:
-            if str(exc).startswith("weights: 'refit'"):
+            if str(exc).startswith(("weights: 'refit'", "opt_level:", "precision: 'int8'")):
                 continue  # a combination that does not exist, not a mistake in the request
             raise InvalidRequest(f"matrix.{str(exc).split(':', 1)[0]}", str(exc)) from None
         # A model of the user's is keyed without its fingerprint until the worker has
@@ -142,7 +148,8 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
         )
     if not planned:
         raise InvalidRequest("matrix", "no valid combination (weights 'refit' needs a tensorrt "
-                             "backend)")
+                             "backend, precision 'int8' onnxruntime or tensorrt, an opt_level "
+                             "a backend that has it)")
     return planned
 
 

@@ -37,6 +37,13 @@ def _cxx_compiler() -> str | None:
     return None
 
 
+def _mode(spec: BenchSpec) -> str:
+    """torch.compile's mode: the spec's opt_level axis, else option `mode` (older series)."""
+    if spec.opt_level != "default":
+        return spec.opt_level
+    return str(spec.options.get("mode", "default"))
+
+
 def _torch_major() -> int:
     import torch
 
@@ -51,7 +58,9 @@ class InductorBackend:
 
         if _torch_major() < 2:
             return f"torch {torch.__version__} has no torch.compile (needs torch >= 2)"
-        mode = spec.options.get("mode", "default")
+        if spec.opt_level != "default" and "mode" in spec.options:
+            return "opt_level and option mode both given: use opt_level"
+        mode = _mode(spec)
         if mode not in MODES:
             return f"option mode: {mode!r} is not one of {', '.join(MODES)}"
         if not torch._dynamo.is_dynamo_supported():
@@ -75,7 +84,7 @@ class InductorBackend:
         reason = self.unavailable_reason(spec)
         if reason is not None:
             raise BackendUnavailable(reason)
-        mode: str = spec.options.get("mode", "default")
+        mode = _mode(spec)
         freezing = spec.weights == "constant"
         dynamic = spec.shape_mode == "dynamic"
 

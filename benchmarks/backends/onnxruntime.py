@@ -44,6 +44,17 @@ DEFAULT_OPSET = 17
 DYNAMO_MIN_OPSET = 18
 EXPORTERS = ("auto", "torchscript", "dynamo")
 OPT_LEVELS = ("disable", "basic", "extended", "layout", "all")
+# the spec's opt_level axis -> ORT's level names (option ort_opt_level, kept for old series)
+AXIS_LEVELS = {"disabled": "disable", "basic": "basic", "extended": "extended",
+               "layout": "layout", "all": "all"}
+CALIBRATION_SAMPLES = 32  # int8: seeded calibration images
+
+
+def opt_level_name(spec: BenchSpec) -> str:
+    """ORT's level for the spec: the axis when set, else option ort_opt_level, else all."""
+    if spec.opt_level != "default":
+        return AXIS_LEVELS[spec.opt_level]
+    return str(spec.options.get("ort_opt_level", "all"))
 INPUT_NAME = "input"
 OUTPUT_NAME = "output"
 
@@ -217,6 +228,14 @@ class OnnxRuntimeBackend:
         level = spec.options.get("ort_opt_level", "all")
         if level not in OPT_LEVELS:
             return f"option ort_opt_level: {level!r} is not one of {', '.join(OPT_LEVELS)}"
+        if spec.opt_level != "default" and "ort_opt_level" in spec.options:
+            return "opt_level and option ort_opt_level both given: use opt_level"
+        if spec.precision == "int8":
+            if spec.weights != "constant":
+                return ("int8: static quantization turns the weights into int8 initializers "
+                        "at build time; only weights 'constant' exists")
+            if spec.device != "cpu":
+                return "int8 with onnxruntime is measured on the CPU provider here"
         if spec.precision == "bf16":
             return "onnxruntime has no bf16 Conv kernels (CPU or CUDA); use fp16 on cuda"
         if spec.device == "cuda":
@@ -260,12 +279,15 @@ class OnnxRuntimeBackend:
 
             weights: dict[str, np.ndarray] = {}
             session_path = exported_path
+            quantized: dict[str, Any] = {}
+            if spec.precision == "int8":
+                session_path, quantized = _quantize_static(exported_path, example, spec)
             if spec.weights == "tensor":
                 rewritten, weights = weights_to_inputs(exported)
                 session_path = workdir / "model.tensor-weights.onnx"
                 onnx.save(rewritten, str(session_path))
 
-            level_name = spec.options.get("ort_opt_level", "all")
+            level_name = opt_level_name(spec)
             threads = int(spec.options.get("intra_op_threads", torch.get_num_threads()))
             options = ort.SessionOptions()
             options.graph_optimization_level = _opt_level(level_name)
@@ -309,9 +331,55 @@ class OnnxRuntimeBackend:
             "ort_opt_level": level_name,
             "ort_provider": session.get_providers()[0],
             "ort_intra_op_threads": threads,
+            **quantized,
         }
         return Compiled(run=run, evidence=evidence, cuda_graph_safe=False,
                         versions={"onnxruntime": ort.__version__, "onnx": onnx.__version__})
+
+
+def _quantize_static(exported: Path, example: torch.Tensor,
+                     spec: BenchSpec) -> tuple[Path, dict[str, Any]]:
+    """ONNX Runtime static quantization, QDQ format, int8 weights (per channel) and
+    activations, MinMax ranges from a seeded calibration set of CALIBRATION_SAMPLES images
+    drawn like the benchmark's input (seed spec.seed + 1000, so not the timed image).
+
+    The exported graph is pre-processed first (ORT's quant_pre_process: shape inference and
+    graph optimization, which folds BatchNormalization into Conv), as ORT's quantization
+    guide asks; the quantized graph then goes through the session's own optimizer like any
+    other candidate."""
+    import torch
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    generator = torch.Generator().manual_seed(spec.seed + 1000)
+    shape = tuple(example.shape)
+    samples = [torch.randn(shape, generator=generator).numpy()
+               for _ in range(CALIBRATION_SAMPLES)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter(samples)
+
+        def get_next(self) -> dict[str, Any] | None:
+            item = next(self.items, None)
+            return None if item is None else {INPUT_NAME: item}
+
+    prepared = exported.with_name("model.preprocessed.onnx")
+    quant_pre_process(str(exported), str(prepared), skip_symbolic_shape=True)
+    output = exported.with_name("model.int8.onnx")
+    quantize_static(str(prepared), str(output), Reader(), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax)
+    return output, {"int8_calibration_samples": CALIBRATION_SAMPLES,
+                    "int8_calibration_seed": spec.seed + 1000,
+                    "int8_format": "QDQ", "int8_calibration": "MinMax",
+                    "int8_per_channel": True}
 
 
 class _BoundSession:

@@ -7,10 +7,13 @@ Options (spec.options):
   saved after the build), `fold_bn` (pre-fold BN into convs), `strongly_typed`,
   `workspace_mb`: see trt_converter.
 
-Weights: `constant`, `tensor` (network path only: TensorRT's ONNX parser turns initializers
-into weights itself, and ONNX graph inputs would be runtime inputs, not weights, so there is
-no faithful "tensor" ONNX counterpart) and `refit` (a refittable engine, refit once from
-the model after the build to prove it works; the count and time are evidence).
+Weights: `constant` (network mode trt-2.8 unless `trt_mode` says trt-2.6), `tensor` (trt-2.7;
+network path only: TensorRT's ONNX parser turns initializers into weights itself, and ONNX
+graph inputs would be runtime inputs, not weights, so there is no faithful "tensor" ONNX
+counterpart) and `refit` (any mode; a refittable engine, refit once from the model after
+the build to prove it works; the count and time are evidence). `trt_mode` (trt-2.6,
+trt-2.7, trt-2.8) picks which Torch-TensorRT release's network the converter reproduces:
+see benchmarks/trt_converter.py.
 
 Only the real `tensorrt` module is ever used here; nothing falls back to a stand-in.
 """
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.backends.base import BackendUnavailable, Compiled, cuda_only_reason
 
 if TYPE_CHECKING:
+    import tensorrt
     import torch
 
     from benchmarks.spec import BenchSpec
@@ -41,25 +45,94 @@ NOT_INSTALLED = "tensorrt is not installed (NVIDIA wheels unreachable here)"
 def _import_tensorrt() -> Any:
     import tensorrt
 
+    if not hasattr(tensorrt, "Builder"):
+        # tensorrt-stubs (installed for mypy) leaves a folder `tensorrt` of .pyi files only,
+        # which Python imports as an empty namespace package: that is not TensorRT
+        raise ImportError("tensorrt here is only type stubs (tensorrt-stubs)", name="tensorrt")
     return tensorrt
 
 
-def engine_layer_evidence(trt: Any, engine: Any) -> dict[str, Any]:
-    """The engine's own account of its layers (after fusion), from the engine inspector.
+def tensorrt_importable() -> bool:
+    """True where the real TensorRT module imports (not its stubs' empty namespace)."""
+    try:
+        _import_tensorrt()
+    except ImportError:
+        return False
+    return True
 
-    With ProfilingVerbosity.DETAILED each entry of `Layers` is an object with a LayerType;
-    with less detail it is just a name, and only the count is known.
+
+def engine_layer_evidence(trt: Any, engine: Any) -> dict[str, Any]:
+    """The engine's own account of its layers after fusion, from the engine inspector, in
+    the inspector's vocabulary (never mixed with the network's layer types).
+
+    With ProfilingVerbosity.DETAILED each entry of `Layers` is an object: "LayerType" is
+    the kernel family ("CaskConvolution", "PointWiseV2", "Reformat", ...), "ParameterType"
+    the operation, and "Name" joins the names of the network layers fused into it with
+    " + " (a pointwise fusion reads "PWN(a, b)"). With less detail an entry is a name only.
     """
     inspector = engine.create_engine_inspector()
     info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
     layers = info.get("Layers", [])
-    by_type = Counter(
-        str(layer.get("LayerType", "unknown")) for layer in layers if isinstance(layer, dict)
-    )
-    evidence: dict[str, Any] = {"trt_layer_count": len(layers)}
-    if by_type:
-        evidence["trt_layers_by_type"] = dict(by_type.most_common())
+    details = [layer for layer in layers if isinstance(layer, dict)]
+    names = [str(layer.get("Name", layer)) if isinstance(layer, dict) else str(layer)
+             for layer in layers]
+    evidence: dict[str, Any] = {"trt_engine_layers": len(layers)}
+    if details:
+        families = Counter(str(layer.get("LayerType", "unknown")) for layer in details)
+        parameters = Counter(str(layer.get("ParameterType", "unknown")) for layer in details)
+        evidence["trt_engine_kernel_families"] = dict(families.most_common())
+        evidence["trt_engine_parameter_types"] = dict(parameters.most_common())
+    fused = [fused_layer_names(name) for name in names]
+    evidence["trt_engine_fused_layers"] = sum(len(parts) > 1 for parts in fused)
+    evidence["trt_engine_network_layers_covered"] = sum(len(parts) for parts in fused)
     return evidence
+
+
+def fused_layer_names(name: str) -> list[str]:
+    """The network layers an engine layer's name says it fused: 'a + b + c' -> [a, b, c],
+    'PWN(a, b)' -> [a, b] (nested as TensorRT nests them)."""
+    parts: list[str] = []
+    depth, start = 0, 0
+    separators = (" + ", ", ")
+    i = 0
+    while i < len(name):
+        if name[i] == "(":
+            depth += 1
+        elif name[i] == ")":
+            depth -= 1
+        elif depth == 0 and name.startswith(separators, i):
+            parts.append(name[start:i])
+            i += 2 if name.startswith(", ", i) else 3
+            start = i
+            continue
+        i += 1
+    parts.append(name[start:])
+    out: list[str] = []
+    for part in (p.strip() for p in parts):
+        if part.startswith("PWN(") and part.endswith(")"):
+            out.extend(fused_layer_names(part[4:-1]))
+        elif part:
+            out.append(part)
+    return out
+
+
+# Evidence keys by vocabulary: a diff compares a network count with a network count and an
+# engine count with an engine count, never one with the other.
+NETWORK_COUNTS = ("trt_network_layers_by_type",)
+ENGINE_COUNTS = ("trt_engine_kernel_families", "trt_engine_parameter_types")
+
+
+def evidence_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per key of NETWORK_COUNTS and ENGINE_COUNTS: {name: after - before} where they differ
+    (e.g. trt-2.6 vs trt-2.7: the network gains constants, the engine's families change)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in (*NETWORK_COUNTS, *ENGINE_COUNTS):
+        a, b = before.get(key) or {}, after.get(key) or {}
+        delta = {name: int(b.get(name, 0)) - int(a.get(name, 0)) for name in sorted({*a, *b})}
+        changed = {name: d for name, d in delta.items() if d}
+        if changed:
+            out[key] = changed
+    return out
 
 
 def spec_problem(spec: BenchSpec) -> str | None:
@@ -77,7 +150,7 @@ def spec_problem(spec: BenchSpec) -> str | None:
                 "initializers weights, and graph inputs would be runtime inputs; use "
                 "path=network")
     try:
-        ConverterOptions.from_spec(spec.options)
+        ConverterOptions.for_spec(spec).mode_for(spec.weights)
     except ConversionError as exc:
         return str(exc)
     return None
@@ -114,7 +187,7 @@ class TensorRTBackend:
         except conv.UnsupportedOp as exc:
             raise BackendUnavailable(str(exc)) from exc
 
-        runtime = trt.Runtime(report.logger)
+        runtime: tensorrt.Runtime = trt.Runtime(report.logger)
         engine = runtime.deserialize_cuda_engine(built.plan)
         if engine is None:
             raise RuntimeError("TensorRT could not deserialize the engine it just built")
@@ -131,7 +204,7 @@ class TensorRTBackend:
             else:
                 evidence["trt_refit_count"] = conv.refit_engine(
                     trt, engine, model, weight_dtype=report.weight_dtype,
-                    fold_bn=report.fold_bn)
+                    fold_bn=report.fold_bn, mode=report.mode)
             evidence["trt_refit_seconds"] = round(time.perf_counter() - start, 4)
 
         runner = _EngineRunner(trt, engine, runtime, report.logger,
@@ -147,7 +220,7 @@ def _parse_onnx(trt: Any, model: torch.nn.Module, example: torch.Tensor,
     from benchmarks import trt_converter as conv
     from benchmarks.backends.onnxruntime import _export
 
-    options = conv.ConverterOptions.from_spec(spec.options)
+    options = conv.ConverterOptions.for_spec(spec)
     report = conv.start_network(trt, spec, options, io_dtype=example.dtype, path="onnx")
     # kept (and deleted with the report) because a refit reads the same file again
     tmp = tempfile.TemporaryDirectory(prefix="speedwatch-trt-onnx-")
@@ -156,7 +229,7 @@ def _parse_onnx(trt: Any, model: torch.nn.Module, example: torch.Tensor,
     exporter, opset = _export(model, example, onnx_path, spec)
     report.notes.update(onnx_exporter=exporter, onnx_opset=opset)
     report.source_path = str(onnx_path)
-    parser = trt.OnnxParser(report.network, report.logger)
+    parser: tensorrt.OnnxParser = trt.OnnxParser(report.network, report.logger)
     # parse_from_file also finds weights the exporter stored as external data
     if not parser.parse_from_file(str(onnx_path)):
         errors = [str(parser.get_error(i).desc()) for i in range(parser.num_errors)]
@@ -175,8 +248,8 @@ def _refit_from_onnx(trt: Any, engine: Any, onnx_path: str) -> int:
     from benchmarks.trt_converter import ConversionError, make_logger
 
     logger = make_logger(trt)
-    refitter = trt.Refitter(engine, logger)
-    parser_refitter = trt.OnnxParserRefitter(refitter, logger)
+    refitter: tensorrt.Refitter = trt.Refitter(engine, logger)
+    parser_refitter: tensorrt.OnnxParserRefitter = trt.OnnxParserRefitter(refitter, logger)
     if not parser_refitter.refit_from_file(onnx_path):
         errors = [str(parser_refitter.get_error(i).desc())
                   for i in range(parser_refitter.num_errors)]
@@ -195,6 +268,13 @@ def _layer_type_name(trt: Any, layer: Any) -> str:
     return str(getattr(kind, "name", kind))
 
 
+def _current_stream() -> int:
+    """The handle of torch's current CUDA stream (a function, so tests can stand in)."""
+    import torch
+
+    return int(torch.cuda.current_stream().cuda_stream)
+
+
 class _EngineRunner:
     """run(x): bind the input and a fresh output by device pointer, enqueue on torch's stream.
 
@@ -202,14 +282,14 @@ class _EngineRunner:
     comes from torch's caching allocator (a CUDA graph's private pool under capture).
     """
 
-    def __init__(self, trt: Any, engine: Any, runtime: Any, logger: Any, *,
+    def __init__(self, trt: Any, engine: tensorrt.ICudaEngine, runtime: Any, logger: Any, *,
                  dynamic: bool) -> None:
         from benchmarks.trt_converter import INPUT_NAME, OUTPUT_NAME
 
         self.engine = engine
         # TensorRT holds raw pointers to both: they must live as long as the engine
         self.runtime, self.logger = runtime, logger
-        self.context = engine.create_execution_context()
+        self.context: tensorrt.IExecutionContext = engine.create_execution_context()
         self.dynamic = dynamic
         self.input_name, self.output_name = INPUT_NAME, OUTPUT_NAME
         self.output_dtype = _torch_dtype(trt, engine.get_tensor_dtype(OUTPUT_NAME))
@@ -235,7 +315,7 @@ class _EngineRunner:
                           device=x.device)
         self.context.set_tensor_address(self.input_name, x.data_ptr())
         self.context.set_tensor_address(self.output_name, out.data_ptr())
-        if not self.context.execute_async_v3(torch.cuda.current_stream().cuda_stream):
+        if not self.context.execute_async_v3(_current_stream()):
             raise RuntimeError("TensorRT execute_async_v3 failed")
         return out
 

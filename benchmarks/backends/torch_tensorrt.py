@@ -1,10 +1,21 @@
 """The torch_tensorrt backend: `torch_tensorrt.compile(ir="dynamo")`, settings passed through.
 
-Weights: `constant` compiles with immutable_weights=True (weights baked into the engines);
-`tensor` and `refit` with immutable_weights=False, the refittable build whose converters
-keep weights as refittable tensors. Versions before 2.6 call the flag `make_refittable`
-(its negation), and 2.14 dropped `enabled_precisions` (the model's dtype decides, explicit
-typing): the installed signature decides what is passed, never a version string.
+Weights: which representation conv weights get is not a setting of Torch-TensorRT but a
+property of its converters, fixed per release (py/torch_tensorrt/dynamo/conversion/impl/
+conv.py at each tag): 2.4-2.6 hand them to TensorRT as `trt.Weights` (numpy arrays), 2.7
+as constant-layer ITensors wired with set_input (the regression), 2.8 and later as
+`trt.Weights` again (to_trt_weights). So the representation is read from the installed
+version and recorded in the result (`torch_trt_conv_weights`, `torch_trt_network`), and a
+spec asking for the one the installed version does not build (`tensor` on 2.8, `constant`
+on 2.7) is refused with that reason rather than measured as something it is not.
+`constant` and `tensor` compile the version's default, non-refittable engine;
+`refit` is its own axis: a refittable engine (2.6+: immutable_weights=False; 2.5:
+make_refittable=True; 2.4: refit=True) whatever the representation.
+
+Keyword names by version (dynamo.compile's signature at each tag): `refit` (2.4),
+`make_refittable` (2.5), `immutable_weights` (2.6+); `enabled_precisions` and
+`use_explicit_typing` exist up to 2.12 and left in 2.13 (the model's dtype decides). The
+installed signature decides what is passed, never a version string.
 
 Every other key of spec.options is passed to the compiler as is (`optimization_level`,
 `min_block_size`, `workspace_size`, `use_python_runtime`, ...) if the installed
@@ -29,7 +40,57 @@ NOT_INSTALLED = "torch_tensorrt is not installed (NVIDIA wheels unreachable here
 ALIASES = {"timing_cache": "timing_cache_path"}
 # settings this backend derives from the spec itself; an option may not override them
 DERIVED = ("inputs", "arg_inputs", "enabled_precisions", "immutable_weights",
-           "make_refittable", "ir")
+           "make_refittable", "refit", "ir")
+
+# How each release's converters build a ResNet's conv and BatchNorm (impl/conv.py and
+# impl/normalization/ops.py at the release tags): (conv weights, BatchNorm, the tensorrt
+# backend's trt_mode that reproduces the network, where one does)
+_RELEASES: list[tuple[tuple[int, int], tuple[str, str, str]]] = [
+    ((2, 4), ("constant", "add_scale", "none (2.4: BatchNorm through add_scale)")),
+    ((2, 5), ("constant", "elementwise", "trt-2.6")),
+    ((2, 7), ("tensor", "elementwise", "trt-2.7")),
+    ((2, 8), ("constant", "add_scale_nd", "trt-2.8")),
+]
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    parts = version.split("+", 1)[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def release_network(version: str) -> dict[str, str] | None:
+    """What the installed release builds for conv weights and BatchNorm (None: unknown)."""
+    minor = _minor(version)
+    if minor is None or minor < _RELEASES[0][0]:
+        return None
+    found = _RELEASES[0][1]
+    for first, values in _RELEASES:
+        if minor >= first:
+            found = values
+    conv, batchnorm, mode = found
+    return {"torch_trt_conv_weights": conv, "torch_trt_batchnorm": batchnorm,
+            "torch_trt_network": mode}
+
+
+def weights_problem(weights: str, version: str) -> str | None:
+    """Why the installed version cannot build `weights`' representation (None if it can)."""
+    if weights == "refit":
+        return None
+    network = release_network(version)
+    if network is None:
+        return (f"cannot tell which conv weight representation torch_tensorrt {version} "
+                "builds (known: 2.4 and later)")
+    built = network["torch_trt_conv_weights"]
+    if weights != built:
+        builds = "2.7.x" if weights == "tensor" else "2.4-2.6 and 2.8 or later"
+        how = ("constant-layer ITensors through set_input" if built == "tensor"
+               else "trt.Weights")
+        return (f"torch_tensorrt {version} hands conv weights to TensorRT as {how} (its "
+                f"impl/conv.py); weights {weights!r} is built by torch_tensorrt {builds}")
+    return None
 # options the runner reads itself (benchmarks/runner.py), never compiler settings
 RUNNER_OPTIONS = ("threads", "cudnn_benchmark")
 
@@ -47,17 +108,29 @@ def compile_settings(spec: BenchSpec, accepted: Iterable[str], version: str) -> 
     from benchmarks.models import model_dtype
 
     names = set(accepted)
+    problem = weights_problem(spec.weights, version)
+    if problem is not None:
+        raise BackendUnavailable(problem)
     settings: dict[str, Any] = {}
     if "enabled_precisions" in names:
         settings["enabled_precisions"] = {model_dtype(spec.precision)}
-    refittable = spec.weights != "constant"
+    refittable = spec.weights == "refit"
     if "immutable_weights" in names:
         settings["immutable_weights"] = not refittable
     elif "make_refittable" in names:
         settings["make_refittable"] = refittable
+    elif "refit" in names:
+        settings["refit"] = refittable
     elif refittable:
         raise BackendUnavailable(f"torch_tensorrt {version} cannot build refittable engines "
                                  f"(weights {spec.weights!r})")
+    if spec.opt_level != "default":
+        if "optimization_level" in spec.options:
+            raise BackendUnavailable("opt_level and option optimization_level both given: "
+                                     "use opt_level")
+        if "optimization_level" not in names:
+            raise BackendUnavailable(f"torch_tensorrt {version} has no optimization_level")
+        settings["optimization_level"] = int(spec.opt_level)
     for key, value in spec.options.items():
         if key in RUNNER_OPTIONS:
             continue
@@ -95,13 +168,15 @@ class TorchTensorRTBackend:
             if ALIASES.get(key, key) in DERIVED:
                 return f"option {key}: derived from the spec, not settable"
         try:
-            _import_torch_tensorrt()
+            torch_tensorrt = _import_torch_tensorrt()
         except ImportError as exc:
             missing = getattr(exc, "name", None)
             if missing in (None, "torch_tensorrt"):
                 return NOT_INSTALLED
             return f"torch_tensorrt cannot be imported: {exc}"
-        return cuda_only_reason(spec, "Torch-TensorRT")
+        problem = weights_problem(spec.weights,
+                                  str(getattr(torch_tensorrt, "__version__", "unknown")))
+        return problem or cuda_only_reason(spec, "Torch-TensorRT")
 
     def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
         import torch
@@ -126,6 +201,7 @@ class TorchTensorRTBackend:
             compiled = torch_tensorrt.compile(model, ir="dynamo", inputs=[spec_input], **settings)
 
         evidence: dict[str, Any] = compiled_module_evidence(compiled)
+        evidence.update(release_network(version) or {})
         evidence["torch_trt_settings"] = {
             k: sorted(map(str, v)) if isinstance(v, set) else v for k, v in settings.items()
         }

@@ -46,6 +46,22 @@ def test_a_trigger_stores_one_queued_cell_per_matrix_point(
     assert run["environment"]["pins"] == ["onnxruntime==1.22.0"]
 
 
+def test_optimization_levels_are_an_axis_each_backend_reads_in_its_own_terms(
+    client: TestClient, ci_token: str
+) -> None:
+    """A level some backend of the matrix has is measured there and left out elsewhere;
+    a non-default level is its own series, the default leaves the key as it was."""
+    body = run_request(matrix={"backends": ["onnxruntime", "inductor"], "weights": ["constant"],
+                               "opt_levels": ["default", "basic", "max-autotune-no-cudagraphs"]})
+    run = post_run(client, ci_token, body).json()
+    cells = {(c["spec"]["backend"], c["spec"]["opt_level"]): c["series_key"]
+             for c in run["cells"]}
+    assert sorted(cells) == [("inductor", "default"), ("inductor", "max-autotune-no-cudagraphs"),
+                             ("onnxruntime", "basic"), ("onnxruntime", "default")]
+    assert cells[("onnxruntime", "basic")].endswith("/opt_level=basic,sides=split")
+    assert cells[("onnxruntime", "default")].endswith("/nographs/sides=split")
+
+
 def test_a_thread_count_reaches_every_cell_spec_as_the_runner_option(
     client: TestClient, ci_token: str, session: Session
 ) -> None:
@@ -129,6 +145,8 @@ BAD_REQUESTS = [
     ({"matrix": {"weights": ["frozen"]}}, "matrix.weights[0]", "'frozen' is not one of"),
     ({"matrix": {"precisions": ["int4"]}}, "matrix.precisions[0]", "'int4' is not one of"),
     ({"matrix": {"shape_modes": ["ragged"]}}, "matrix.shape_modes[0]", "is not one of"),
+    ({"matrix": {"opt_levels": ["turbo"]}}, "matrix.opt_levels[0]", "is not one of"),
+    ({"matrix": {"opt_levels": ["5"]}}, "matrix.opt_levels", "none of the backends"),
     ({"matrix": {"models": []}}, "matrix.models", "at least 1"),
     ({"matrix": {"batch_sizes": [0]}}, "matrix.batch_sizes[0]", "greater than or equal to 1"),
     ({"matrix": {"device": "tpu"}}, "matrix.device", "'tpu' is not one of cpu, cuda"),

@@ -42,5 +42,7 @@ def test_tolerances_loosen_with_precision_and_tf32_on_cuda() -> None:
     assert TOLERANCES["fp32"] < TOLERANCES["fp16"] < TOLERANCES["bf16"]
     assert tolerance("fp32", "cpu") == TOLERANCES["fp32"]
     assert TOLERANCES["fp32"] < tolerance("fp32", "cuda") <= TOLERANCES["fp16"]
-    with pytest.raises(ValueError, match="int8"):
-        tolerance("int8", "cpu")
+    # int8 is judged looser still (quantized activations), an unknown precision not at all
+    assert TOLERANCES["bf16"] < tolerance("int8", "cpu")
+    with pytest.raises(ValueError, match="int4"):
+        tolerance("int4", "cpu")

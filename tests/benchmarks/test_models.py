@@ -146,5 +146,9 @@ def test_model_dtype_maps_precisions(precision: str, dtype: torch.dtype) -> None
 
 
 def test_model_dtype_names_the_bad_precision() -> None:
-    with pytest.raises(ValueError, match="int8"):
-        model_dtype("int8")
+    with pytest.raises(ValueError, match="int4"):
+        model_dtype("int4")
+
+
+def test_int8_runs_eager_in_fp32_beside_a_quantized_candidate() -> None:
+    assert model_dtype("int8") == torch.float32

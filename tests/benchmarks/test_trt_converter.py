@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
-import json
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -22,12 +21,19 @@ from torch import nn
 
 from benchmarks import trt_converter as tc
 from benchmarks.backends import get_backend
-from benchmarks.backends.tensorrt import NOT_INSTALLED, engine_layer_evidence, spec_problem
+from benchmarks.backends.tensorrt import (
+    NOT_INSTALLED,
+    engine_layer_evidence,
+    evidence_diff,
+    fused_layer_names,
+    spec_problem,
+    tensorrt_importable,
+)
 from benchmarks.models import CUSTOM_OP_NAME, build_model, example_input
 from benchmarks.spec import BenchSpec
 from tests.benchmarks import trt_standin as si
 
-HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None
+HAS_TENSORRT = tensorrt_importable()  # tensorrt-stubs alone is an empty namespace package
 needs_tensorrt = pytest.mark.skipif(not HAS_TENSORRT, reason="tensorrt is not importable here")
 
 
@@ -87,8 +93,17 @@ def convert(model: nn.Module, spec: BenchSpec, trt: Any = None,
     return trt, tc.build_network(trt, model, shape, spec)
 
 
+def net(report: tc.ConversionReport) -> si.INetworkDefinition:
+    """The network as the stand-in's type (the report is typed with TensorRT's)."""
+    return cast(si.INetworkDefinition, report.network)
+
+
+def cfg(report: tc.ConversionReport) -> si.IBuilderConfig:
+    return cast(si.IBuilderConfig, report.config)
+
+
 def layers_of(report: tc.ConversionReport, kind: si.LayerType) -> list[si.ILayer]:
-    return [layer for layer in report.network.layers if layer.kind == kind]
+    return [layer for layer in net(report).layers if layer.kind == kind]
 
 
 def producer_kind(tensor: si.ITensor | None) -> si.LayerType | None:
@@ -171,7 +186,129 @@ def test_tensor_mode_constant_layers_are_one_per_weight_tensor() -> None:
     constants = layers_of(report, si.LayerType.CONSTANT)
     assert len(constants) == convs + conv_biases + 5 * bns + 2
     assert layers_of(report, si.LayerType.SCALE) == []
-    assert report.evidence()["trt_weight_wiring"]["tensor"] == convs + conv_biases + 4 * bns
+    wiring = report.evidence()["trt_weight_wiring"]
+    # only conv weights are "tensor" weights; BN's constants are operands, as in 2.6
+    assert wiring["tensor"] == convs + conv_biases
+    assert wiring["constant-layer"] == 5 * bns + 2
+
+
+# ------------------------------------------------------------------ the three releases' networks
+
+L = si.LayerType
+
+
+def residual_adds(model: nn.Module) -> int:
+    import operator
+
+    graph = torch.fx.symbolic_trace(model).graph
+    return sum(n.op == "call_function" and n.target in (operator.add, operator.iadd)
+               for n in graph.nodes)
+
+
+def mode_spec(mode: str, **kw: Any) -> BenchSpec:
+    weights = "tensor" if mode == "trt-2.7" else "constant"
+    return tiny_spec(weights=weights, options={"trt_mode": mode}, **kw)
+
+
+@pytest.mark.parametrize("shape_mode", ["static", "dynamic"])
+def test_the_three_release_networks_side_by_side(shape_mode: str) -> None:
+    """What each mode builds for the same ResNet, counted per layer type.
+
+    2.6 and 2.7 differ only in how conv weights arrive (trt.Weights vs constant layers into
+    set_input); 2.7 and 2.8 also differ in BatchNorm (18 elementwise-pattern layers, 16
+    with dynamic shapes, against one scale layer). Each network must also build on the
+    stricter stand-in and compute the eager model's function.
+    """
+    model = model_for(tiny_spec())
+    convs, bns = count(model, nn.Conv2d), count(model, nn.BatchNorm2d)
+    adds, relus = residual_adds(model), 0
+    graph = torch.fx.symbolic_trace(model).graph
+    relus = sum(n.op == "call_module" and isinstance(model.get_submodule(n.target), nn.ReLU)
+                for n in graph.nodes)
+    # slices: eps expanded to C; x*scale and +shift expanded to the activation's shape,
+    # only where that shape is static (Torch-TensorRT's broadcast_to_same_shape)
+    slices = bns * (3 if shape_mode == "static" else 1)
+    elementwise_bn = {L.CONSTANT: 5 * bns, L.SHUFFLE: 3 * bns, L.SLICE: slices,
+                      L.UNARY: bns, L.ELEMENTWISE: 6 * bns}
+    common = {L.CONVOLUTION: convs, L.ACTIVATION: relus, L.POOLING: 1, L.REDUCE: 1,
+              L.SHUFFLE: 1, L.MATRIX_MULTIPLY: 1, L.CONSTANT: 2, L.ELEMENTWISE: adds + 1}
+
+    def plus(*parts: dict[si.LayerType, int]) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for part in parts:
+            for kind, n in part.items():
+                if n:
+                    total[kind.name] = total.get(kind.name, 0) + n
+        return total
+
+    expected = {
+        "trt-2.6": plus(common, elementwise_bn),
+        "trt-2.7": plus(common, elementwise_bn, {L.CONSTANT: convs}),
+        "trt-2.8": plus(common, {L.SCALE: bns}),
+    }
+    x = torch.randn(2, 3, 32, 32)
+    built = {}
+    for mode in tc.TRT_MODES:
+        spec = mode_spec(mode, shape_mode=shape_mode)
+        trt, report = convert(model, spec)
+        kinds = Counter(layer.kind.name for layer in net(report).layers)
+        assert dict(kinds) == expected[mode], mode
+        assert report.layer_counts == expected[mode]  # what the evidence reports
+        assert report.evidence()["trt_mode"] == mode
+        assert rel_err(run_engine(trt, report, x), model(x)) < 1e-5, mode
+        built[mode] = report
+    # the conv wiring is the one difference between 2.6 and 2.7
+    for mode, tensor_weights in (("trt-2.6", False), ("trt-2.7", True), ("trt-2.8", False)):
+        for conv in layers_of(built[mode], L.CONVOLUTION):
+            assert conv.weights()["kernel"].is_empty is tensor_weights
+            assert bool(conv.set_input_calls) is tensor_weights
+
+
+def test_elementwise_batchnorm_is_built_in_torch_tensorrt_26s_order_and_ranks() -> None:
+    """One BatchNorm2d as impl/normalization/ops.py (v2.6.0, v2.7.0) builds it: rank-1
+    parameters and a rank-0 eps, eps broadcast by a shuffle and a slice, two reshapes to
+    (1, C, 1, 1) and, with a static input, a slice before each of the last two layers."""
+    bn = nn.BatchNorm2d(5).eval()
+    _, report = convert(nn.Sequential(bn), mode_spec("trt-2.6"), shape=(2, 5, 4, 4))
+    layers = net(report).layers
+    assert [layer.kind for layer in layers] == [
+        L.CONSTANT, L.CONSTANT, L.CONSTANT, L.CONSTANT, L.CONSTANT,  # gamma beta mean var eps
+        L.SHUFFLE, L.SLICE, L.ELEMENTWISE,  # var + eps
+        L.UNARY, L.ELEMENTWISE, L.ELEMENTWISE, L.ELEMENTWISE,  # sqrt, div, mul, sub
+        L.SHUFFLE, L.SHUFFLE,  # scale and shift to (1, C, 1, 1)
+        L.SLICE, L.ELEMENTWISE, L.SLICE, L.ELEMENTWISE,  # x * scale + shift
+    ]
+    assert [layer.shape for layer in layers[:5]] == [(5,), (5,), (5,), (5,), ()]
+    ops = [layer.op for layer in layers if layer.kind == L.ELEMENTWISE]
+    E = si.ElementWiseOperation
+    assert ops == [E.SUM, E.DIV, E.PROD, E.SUB, E.PROD, E.SUM]
+    assert layers[14].stride == (0, 1, 0, 0) and layers[14].shape == (2, 5, 4, 4)
+
+
+@pytest.mark.parametrize(("weights", "mode"), [("constant", "trt-2.7"), ("tensor", "trt-2.6"),
+                                               ("tensor", "trt-2.8")])
+def test_a_mode_that_contradicts_the_weights_is_refused(weights: str, mode: str) -> None:
+    spec = tiny_spec(weights=weights, options={"trt_mode": mode}, device="cuda")
+    problem = spec_problem(spec)
+    assert problem is not None and "trt_mode" in problem
+
+
+def test_an_unknown_mode_is_refused_by_name() -> None:
+    with pytest.raises(tc.ConversionError, match=r"trt-2\.9"):
+        tc.ConverterOptions.from_spec({"trt_mode": "trt-2.9"})
+
+
+@pytest.mark.parametrize("mode", tc.TRT_MODES)
+def test_refit_is_its_own_axis_and_works_with_every_mode(mode: str) -> None:
+    spec = tiny_spec(weights="refit", options={"trt_mode": mode})
+    first, second = model_for(spec), model_for(tiny_spec(seed=1))
+    x = example_input(spec)
+    trt, report = convert(first, spec)
+    assert report.mode == mode
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
+    assert tc.refit_engine(trt, engine, second, mode=mode) == len(report.weight_names)
+    out = engine.evaluate({tc.INPUT_NAME: x})[tc.OUTPUT_NAME]
+    assert rel_err(out, second(x)) < 1e-5
 
 
 # ------------------------------------------------------------------ builder configuration
@@ -180,8 +317,8 @@ def test_tensor_mode_constant_layers_are_one_per_weight_tensor() -> None:
 def test_refit_sets_the_refit_flag_and_names_every_weight_after_its_layer_uses_it() -> None:
     model = model_for(tiny_spec())
     _, report = convert(model, tiny_spec(weights="refit"))
-    assert report.config.get_flag(si.BuilderFlag.REFIT)
-    named = report.network.weight_names
+    assert cfg(report).get_flag(si.BuilderFlag.REFIT)
+    named = net(report).weight_names
     assert sorted(named) == sorted(tc.named_weight_values(model))
     conv = layers_of(report, si.LayerType.CONVOLUTION)[0]
     assert named["conv1.weight"] is conv.weights()["kernel"]
@@ -190,34 +327,42 @@ def test_refit_sets_the_refit_flag_and_names_every_weight_after_its_layer_uses_i
 @pytest.mark.parametrize("weights", ["constant", "tensor"])
 def test_only_refit_builds_a_refittable_network(weights: str) -> None:
     _, report = convert(model_for(tiny_spec()), tiny_spec(weights=weights))
-    assert not report.config.get_flag(si.BuilderFlag.REFIT)
-    assert report.network.weight_names == {}
+    assert not cfg(report).get_flag(si.BuilderFlag.REFIT)
+    assert net(report).weight_names == {}
 
 
-@pytest.mark.parametrize(("precision", "flag"), [("fp16", "FP16"), ("bf16", "BF16")])
-def test_reduced_precision_sets_its_builder_flag_and_casts_at_the_edges(
-    precision: str, flag: str,
+@pytest.mark.parametrize("weights", ["constant", "tensor"])
+@pytest.mark.parametrize(("precision", "flag", "dtype"), [
+    ("fp16", "FP16", torch.float16), ("bf16", "BF16", torch.bfloat16)])
+def test_reduced_precision_sets_its_flag_and_weights_take_the_input_dtype_without_casts(
+    weights: str, precision: str, flag: str, dtype: torch.dtype,
 ) -> None:
-    _, report = convert(model_for(tiny_spec()), tiny_spec(precision=precision))
-    assert report.config.get_flag(si.BuilderFlag[flag])
+    """Torch-TensorRT 2.6-2.8 convert weights to the input's dtype (impl/conv.py); a
+    float32 graph behind cast layers would be a network none of those releases built."""
+    spec = tiny_spec(precision=precision, weights=weights)
+    trt, report = convert(model_for(spec).to(dtype), spec)
+    assert cfg(report).get_flag(si.BuilderFlag[flag])
     assert report.builder_flags == [flag]
-    assert not report.network.strongly_typed
-    casts = layers_of(report, si.LayerType.CAST)
-    io_type = report.network.get_input(0).declared_dtype
-    assert [c.to_type for c in casts] == [si.DataType.FLOAT, io_type]
+    assert not net(report).strongly_typed
+    assert layers_of(report, si.LayerType.CAST) == []
+    io_type = net(report).get_input(0).declared_dtype
+    for layer in net(report).layers:
+        for role, w in layer.weights().items():
+            assert w.is_empty or w.dtype == io_type, (layer.name, role)
+    tc.build_plan(trt, report)
 
 
 def test_fp32_sets_no_precision_flag() -> None:
     _, report = convert(model_for(tiny_spec()), tiny_spec(precision="fp32"))
-    assert not report.config.get_flag(si.BuilderFlag.FP16)
-    assert not report.config.get_flag(si.BuilderFlag.BF16)
+    assert not cfg(report).get_flag(si.BuilderFlag.FP16)
+    assert not cfg(report).get_flag(si.BuilderFlag.BF16)
     assert layers_of(report, si.LayerType.CAST) == []
 
 
 def test_strongly_typed_fp16_carries_fp16_weights_and_no_precision_flag() -> None:
     spec = tiny_spec(precision="fp16", options={"strongly_typed": True})
     trt, report = convert(model_for(tiny_spec()).half(), spec)
-    assert report.network.strongly_typed and report.builder_flags == []
+    assert net(report).strongly_typed and report.builder_flags == []
     conv = layers_of(report, si.LayerType.CONVOLUTION)[0]
     assert conv.weights()["kernel"].dtype == si.DataType.HALF
     tc.build_plan(trt, report)  # the stand-in refuses mixed types in strongly typed nets
@@ -237,8 +382,8 @@ def test_tensorrt_11_has_no_weak_typing_so_types_carry_the_precision() -> None:
 def test_dynamic_shape_gets_a_profile_from_one_to_twice_the_batch() -> None:
     spec = tiny_spec(shape_mode="dynamic", batch_size=4)
     _, report = convert(model_for(spec), spec, shape=(4, 3, 32, 32))
-    assert report.network.get_input(0).declared_shape == (-1, 3, 32, 32)
-    (profile,) = report.config.profiles
+    assert net(report).get_input(0).declared_shape == (-1, 3, 32, 32)
+    (profile,) = cfg(report).profiles
     assert profile.get_shape(tc.INPUT_NAME) == [(1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32)]
     assert report.profile == {"min": [1, 3, 32, 32], "opt": [4, 3, 32, 32],
                               "max": [8, 3, 32, 32]}
@@ -246,21 +391,21 @@ def test_dynamic_shape_gets_a_profile_from_one_to_twice_the_batch() -> None:
 
 def test_static_shape_has_no_profile() -> None:
     _, report = convert(model_for(tiny_spec()), tiny_spec())
-    assert report.config.profiles == []
-    assert report.network.get_input(0).declared_shape == (2, 3, 32, 32)
+    assert cfg(report).profiles == []
+    assert net(report).get_input(0).declared_shape == (2, 3, 32, 32)
 
 
 def test_optimization_level_and_workspace_come_from_the_options() -> None:
     spec = tiny_spec(options={"optimization_level": 5, "workspace_mb": 64})
     _, report = convert(model_for(spec), spec)
-    assert report.config.builder_optimization_level == 5
-    assert report.config.memory_pool_limits[si.MemoryPoolType.WORKSPACE] == 64 << 20
-    assert report.config.profiling_verbosity == si.ProfilingVerbosity.DETAILED
+    assert cfg(report).builder_optimization_level == 5
+    assert cfg(report).memory_pool_limits[si.MemoryPoolType.WORKSPACE] == 64 << 20
+    assert cfg(report).profiling_verbosity == si.ProfilingVerbosity.DETAILED
 
 
 def test_default_optimization_level_is_three() -> None:
     _, report = convert(model_for(tiny_spec()), tiny_spec())
-    assert report.config.builder_optimization_level == 3
+    assert cfg(report).builder_optimization_level == 3
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -291,7 +436,7 @@ def test_timing_cache_is_saved_after_a_build_and_loaded_by_the_next(tmp_path: Pa
 def test_a_failed_build_raises_with_tensorrts_logged_reason() -> None:
     spec = tiny_spec(precision="fp16", options={"strongly_typed": True})
     trt, report = convert(model_for(tiny_spec()).half(), spec)
-    report.config.set_flag(trt.BuilderFlag.FP16)  # TensorRT refuses this combination
+    cfg(report).set_flag(trt.BuilderFlag.FP16)  # TensorRT refuses this combination
     with pytest.raises(tc.ConversionError, match="strongly typed"):
         tc.build_plan(trt, report)
 
@@ -309,9 +454,9 @@ def test_batchnorm_scale_layer_matches_torch_batchnorm_numerically() -> None:
     nn.init.uniform_(bn.bias, -1, 1)
     _, report = convert(nn.Sequential(bn), tiny_spec(), shape=(2, 5, 4, 4))
     (scale_layer,) = layers_of(report, si.LayerType.SCALE)
-    assert scale_layer.mode == si.ScaleMode.CHANNEL
+    assert scale_layer.mode == si.ScaleMode.CHANNEL and scale_layer.channel_axis == 1
     w = scale_layer.weights()
-    assert w["power"].is_empty  # TensorRT's default power is 1
+    np.testing.assert_array_equal(w["power"].numpy(), np.ones(5, np.float32))  # as 2.8 does
     x = torch.randn(2, 5, 4, 4)
     view = (1, 5, 1, 1)
     y = (x.numpy() * w["scale"].numpy().reshape(view) + w["shift"].numpy().reshape(view)) ** 1
@@ -442,18 +587,38 @@ def test_standin_names_weights_only_once_a_layer_uses_them() -> None:
 # ------------------------------------------------------------------ backend surface
 
 
-def test_engine_inspector_evidence_counts_layers_by_type() -> None:
+def test_engine_evidence_speaks_the_inspectors_vocabulary_not_the_networks() -> None:
+    """The inspector's LayerType is a kernel family; its counts are reported under engine
+    keys and never beside the network's layer types, which count something else."""
     spec = tiny_spec()
     model = model_for(spec)
     trt, report = convert(model, spec)
     engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
     evidence = engine_layer_evidence(trt, engine)
     # the stand-in does not fuse: its engine has exactly the network's layers
-    assert evidence["trt_layer_count"] == sum(report.layer_counts.values())
-    assert evidence["trt_layers_by_type"]["CONVOLUTION"] == count(model, nn.Conv2d)
-    info = json.loads(engine.create_engine_inspector()
-                      .get_engine_information(trt.LayerInformationFormat.JSON))
-    assert len(info["Layers"]) == evidence["trt_layer_count"]
+    assert evidence["trt_engine_layers"] == sum(report.layer_counts.values())
+    assert evidence["trt_engine_kernel_families"]["CaskConvolution"] == count(model, nn.Conv2d)
+    assert "CONVOLUTION" not in evidence["trt_engine_kernel_families"]
+    assert evidence["trt_engine_fused_layers"] == 0
+    assert not {"trt_layer_count", "trt_layers_by_type"} & set(evidence)
+
+
+def test_fused_engine_layer_names_are_split_into_network_layers() -> None:
+    assert fused_layer_names("conv1 + bn1 + relu") == ["conv1", "bn1", "relu"]
+    assert fused_layer_names("PWN(PWN(add_1, relu_2), x)") == ["add_1", "relu_2", "x"]
+    assert fused_layer_names("Reformatting CopyNode for Input Tensor 0") == [
+        "Reformatting CopyNode for Input Tensor 0"]
+
+
+def test_evidence_diff_compares_like_with_like() -> None:
+    before = {"trt_network_layers_by_type": {"CONVOLUTION": 20, "SCALE": 20},
+              "trt_engine_kernel_families": {"CaskConvolution": 20, "PointWiseV2": 3}}
+    after = {"trt_network_layers_by_type": {"CONVOLUTION": 20, "CONSTANT": 120},
+             "trt_engine_kernel_families": {"CaskConvolution": 20, "PointWiseV2": 41}}
+    assert evidence_diff(before, after) == {
+        "trt_network_layers_by_type": {"CONSTANT": 120, "SCALE": -20},
+        "trt_engine_kernel_families": {"PointWiseV2": 38},
+    }
 
 
 @pytest.mark.skipif(HAS_TENSORRT, reason="tensorrt is importable here")
@@ -499,6 +664,6 @@ def test_real_tensorrt_engine_matches_eager(weights: str, path: str, shape_mode:
     compiled = get_backend("tensorrt").compile(model, x, spec)
     with torch.no_grad():
         assert rel_err(compiled.run(x), model(x)) < 1e-2  # TF32 kernels are allowed
-    assert compiled.evidence["trt_layer_count"] > 0
+    assert compiled.evidence["trt_engine_layers"] > 0
     if weights == "refit":
         assert compiled.evidence["trt_refit_count"] > 0

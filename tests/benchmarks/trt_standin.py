@@ -74,10 +74,9 @@ class BuilderFlag(_Enum):
     DISABLE_TIMING_CACHE = 5
     TF32 = 6
     SPARSE_WEIGHTS = 7
-    STRIP_PLAN = 8
-    REFIT_IDENTICAL = 9
-    BF16 = 10
-    WEIGHT_STREAMING = 11
+    BF16 = 17
+    REFIT_IDENTICAL = 20
+    WEIGHT_STREAMING = 21
 
 
 class MemoryPoolType(_Enum):
@@ -104,17 +103,18 @@ class TensorIOMode(_Enum):
 
 class LayerType(_Enum):
     CONVOLUTION = 0
-    ACTIVATION = 1
-    POOLING = 2
-    SCALE = 3
-    ELEMENTWISE = 4
-    UNARY = 5
-    SHUFFLE = 6
-    REDUCE = 7
-    MATRIX_MULTIPLY = 8
-    CONSTANT = 9
-    CAST = 10
-    IDENTITY = 11
+    CAST = 1
+    ACTIVATION = 2
+    POOLING = 3
+    SCALE = 5
+    ELEMENTWISE = 9
+    UNARY = 11
+    SHUFFLE = 13
+    REDUCE = 14
+    MATRIX_MULTIPLY = 17
+    CONSTANT = 19
+    IDENTITY = 20
+    SLICE = 22
 
 
 class ActivationType(_Enum):
@@ -253,6 +253,8 @@ class Weights:
     at construction (the stand-in cannot defer a raw read safely).
     """
 
+    __slots__ = ("_array", "_values", "dtype", "pointer", "size")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         unknown = set(kwargs) - {"type", "a", "ptr", "count"}
         if unknown:
@@ -339,6 +341,7 @@ def _as_weights(value: Any, what: str, *, optional: bool = False) -> Weights:
 
 
 class ITensor:
+    __slots__ = ("_declared_dtype", "_declared_shape", "_id", "_name", "_network", "_producer")
     _ids = itertools.count()
     _network: INetworkDefinition
     _producer: ILayer | None
@@ -368,6 +371,15 @@ class ITensor:
     @property
     def is_network_input(self) -> bool:
         return self._producer is None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """What TensorRT knows while the network is built: -1 for a dynamic dimension."""
+        return tuple(-1 if d == _DYNAMIC else int(d) for d in _meta(self).shape)
+
+    @property
+    def dtype(self) -> DataType:
+        return _types(self._network)[self._id]
 
     @property
     def is_network_output(self) -> bool:
@@ -455,6 +467,8 @@ _ATTRIBUTES: dict[LayerType, dict[str, tuple[Any, Any]]] = {
     LayerType.CONSTANT: {"weights": (_weights_attr, None), "shape": (_tuple_of(None), None)},
     LayerType.CAST: {"to_type": (_enum_of(DataType), None)},
     LayerType.IDENTITY: {},
+    LayerType.SLICE: {"start": (_tuple_of(None), None), "shape": (_tuple_of(None), None),
+                      "stride": (lambda v, w: _dims(v, w, allow_wildcard=False), None)},
 }
 
 # how many inputs set_input may address, per kind (conv: data, kernel, bias)
@@ -464,8 +478,12 @@ _MAX_INPUTS = {LayerType.CONVOLUTION: 3, LayerType.SHUFFLE: 2}
 class ILayer:
     """One recorded layer. `kind`, `inputs`, `set_input_calls` are stand-in records."""
 
+    __slots__ = ("_attrs", "_meta", "_name", "_network", "_outputs", "inputs", "kind",
+                 "set_input_calls")
+
     def __init__(self, network: INetworkDefinition, kind: LayerType,
                  inputs: Sequence[ITensor | None], **attrs: Any) -> None:
+        object.__setattr__(self, "_meta", None)
         object.__setattr__(self, "_network", network)
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "inputs", list(inputs))
@@ -509,6 +527,7 @@ class ILayer:
             self.inputs.append(None)
         self.inputs[index] = tensor
         self.set_input_calls.append((index, tensor))
+        self._network._forget_shapes(self)
 
     def __getattr__(self, key: str) -> Any:
         spec = _ATTRIBUTES[object.__getattribute__(self, "kind")]
@@ -526,6 +545,7 @@ class ILayer:
         if key not in spec:
             raise AttributeError(f"{self.kind.name} layer has no settable attribute {key!r}")
         self._attrs[key] = spec[key][0](value, f"{self.kind.name}.{key}")
+        self._network._forget_shapes(self)
 
     def weights(self) -> dict[str, Weights]:
         """Stand-in only: the layer's Weights by role (kernel, bias, shift, ...)."""
@@ -533,8 +553,11 @@ class ILayer:
 
 
 class INetworkDefinition:
+    __slots__ = ("_inputs", "_keep", "_layers", "_outputs", "_weight_names", "flags")
+
     def __init__(self, flags: int) -> None:
         self.flags = flags
+        self._keep: list[Any] = []  # stand-in: arrays the ONNX importer's Weights point into
         self._layers: list[ILayer] = []
         self._inputs: list[ITensor] = []
         self._outputs: list[ITensor] = []
@@ -585,11 +608,23 @@ class INetworkDefinition:
     def get_output(self, index: int) -> ITensor:
         return self._outputs[_int(index, "get_output(index)")]
 
-    def _tensor(self, value: Any, what: str) -> ITensor:
+    def _tensor(self, value: Any, what: str, *, min_rank: int = 0) -> ITensor:
         tensor: ITensor = _check(value, ITensor, what)
         if tensor._network is not self:
             raise ValueError(f"{what}: the tensor belongs to another network")
+        rank = len(tensor.shape)
+        if rank < min_rank:
+            # TensorRT reports this at layer creation and returns no layer; the Python
+            # binding then raises (a None layer has no get_output)
+            raise ValueError(f"{what}: needs a tensor of rank >= {min_rank}, got rank {rank} "
+                             f"{tensor.shape}")
         return tensor
+
+    def _forget_shapes(self, layer: ILayer) -> None:
+        """A layer changed after its output shape was inferred: infer everything again."""
+        if layer._meta is not None:
+            for each in self._layers:
+                object.__setattr__(each, "_meta", None)
 
     def _add(self, kind: LayerType, inputs: Sequence[ITensor | None], **attrs: Any) -> ILayer:
         layer = ILayer(self, kind, inputs, **attrs)
@@ -612,9 +647,9 @@ class INetworkDefinition:
     def add_convolution_nd(self, input: ITensor, num_output_maps: int,
                            kernel_shape: Sequence[int], kernel: Weights,
                            bias: Weights | None = None) -> ILayer:
-        x = self._tensor(input, "add_convolution_nd(input)")
-        maps = _int(num_output_maps, "add_convolution_nd(num_output_maps)")
         shape = _dims(kernel_shape, "add_convolution_nd(kernel_shape)")
+        x = self._tensor(input, "add_convolution_nd(input)", min_rank=len(shape) + 2)
+        maps = _int(num_output_maps, "add_convolution_nd(num_output_maps)")
         if len(shape) not in (2, 3) or maps <= 0:
             raise ValueError(f"add_convolution_nd: kernel_shape {shape}, maps {maps}")
         return self._add(LayerType.CONVOLUTION, [x], num_output_maps=maps,
@@ -624,12 +659,28 @@ class INetworkDefinition:
 
     def add_scale(self, input: ITensor, mode: ScaleMode, shift: Weights | None = None,
                   scale: Weights | None = None, power: Weights | None = None) -> ILayer:
-        x = self._tensor(input, "add_scale(input)")
+        # the channel axis of add_scale is the third from last: rank 3 at least
+        x = self._tensor(input, "add_scale(input)", min_rank=3)
         _check(mode, ScaleMode, "add_scale(mode)")
         return self._add(LayerType.SCALE, [x], mode=mode,
                          shift=_as_weights(shift, "add_scale(shift)", optional=True),
                          scale=_as_weights(scale, "add_scale(scale)", optional=True),
-                         power=_as_weights(power, "add_scale(power)", optional=True))
+                         power=_as_weights(power, "add_scale(power)", optional=True),
+                         channel_axis=len(x.shape) - 3)
+
+    def add_scale_nd(self, input: ITensor, mode: ScaleMode, shift: Weights | None,
+                     scale: Weights | None, power: Weights | None,
+                     channel_axis: int) -> ILayer:
+        x = self._tensor(input, "add_scale_nd(input)", min_rank=1)
+        _check(mode, ScaleMode, "add_scale_nd(mode)")
+        axis = _int(channel_axis, "add_scale_nd(channel_axis)")
+        if not 0 <= axis < len(x.shape):
+            raise ValueError(f"add_scale_nd: channel_axis {axis} outside rank {len(x.shape)}")
+        return self._add(LayerType.SCALE, [x], mode=mode,
+                         shift=_as_weights(shift, "add_scale_nd(shift)", optional=True),
+                         scale=_as_weights(scale, "add_scale_nd(scale)", optional=True),
+                         power=_as_weights(power, "add_scale_nd(power)", optional=True),
+                         channel_axis=axis)
 
     def add_activation(self, input: ITensor, type: ActivationType) -> ILayer:
         x = self._tensor(input, "add_activation(input)")
@@ -638,14 +689,17 @@ class INetworkDefinition:
 
     def add_pooling_nd(self, input: ITensor, type: PoolingType,
                        window_size: Sequence[int]) -> ILayer:
-        x = self._tensor(input, "add_pooling_nd(input)")
+        window = _dims(window_size, "add_pooling_nd(window_size)")
+        x = self._tensor(input, "add_pooling_nd(input)", min_rank=len(window) + 1)
         return self._add(LayerType.POOLING, [x],
                          type=_check(type, PoolingType, "add_pooling_nd(type)"),
-                         window_size_nd=_dims(window_size, "add_pooling_nd(window_size)"))
+                         window_size_nd=window)
 
     def add_reduce(self, input: ITensor, op: ReduceOperation, axes: int,
                    keep_dims: bool) -> ILayer:
         x = self._tensor(input, "add_reduce(input)")
+        if _int(axes, "add_reduce(axes)") >> len(x.shape) or axes <= 0:
+            raise ValueError(f"add_reduce: axes mask {axes:#b} for rank {len(x.shape)}")
         return self._add(LayerType.REDUCE, [x], op=_check(op, ReduceOperation, "add_reduce(op)"),
                          axes=_int(axes, "add_reduce(axes)"),
                          keep_dims=_bool(keep_dims, "add_reduce(keep_dims)"))
@@ -655,8 +709,11 @@ class INetworkDefinition:
 
     def add_matrix_multiply(self, input0: ITensor, op0: MatrixOperation, input1: ITensor,
                             op1: MatrixOperation) -> ILayer:
-        a = self._tensor(input0, "add_matrix_multiply(input0)")
-        b = self._tensor(input1, "add_matrix_multiply(input1)")
+        a = self._tensor(input0, "add_matrix_multiply(input0)", min_rank=2)
+        b = self._tensor(input1, "add_matrix_multiply(input1)", min_rank=2)
+        if len(a.shape) != len(b.shape):
+            raise ValueError(f"add_matrix_multiply: ranks {len(a.shape)} and {len(b.shape)} "
+                             "differ (without MatrixOperation.VECTOR)")
         return self._add(LayerType.MATRIX_MULTIPLY, [a, b],
                          op0=_check(op0, MatrixOperation, "add_matrix_multiply(op0)"),
                          op1=_check(op1, MatrixOperation, "add_matrix_multiply(op1)"))
@@ -665,6 +722,9 @@ class INetworkDefinition:
                         op: ElementWiseOperation) -> ILayer:
         a = self._tensor(input1, "add_elementwise(input1)")
         b = self._tensor(input2, "add_elementwise(input2)")
+        if len(a.shape) != len(b.shape):
+            raise ValueError(f"add_elementwise: operands of rank {len(a.shape)} and "
+                             f"{len(b.shape)}; TensorRT broadcasts only tensors of equal rank")
         return self._add(LayerType.ELEMENTWISE, [a, b],
                          op=_check(op, ElementWiseOperation, "add_elementwise(op)"))
 
@@ -683,6 +743,15 @@ class INetworkDefinition:
         x = self._tensor(input, "add_cast(input)")
         return self._add(LayerType.CAST, [x], to_type=_check(to_type, DataType,
                                                              "add_cast(to_type)"))
+
+    def add_slice(self, input: ITensor, start: Sequence[int], shape: Sequence[int],
+                  stride: Sequence[int]) -> ILayer:
+        x = self._tensor(input, "add_slice(input)")
+        dims = [_dims(v, f"add_slice({k})") for k, v in
+                (("start", start), ("shape", shape), ("stride", stride))]
+        if any(len(d) != len(x.shape) for d in dims):
+            raise ValueError(f"add_slice: start/shape/stride {dims} for rank {len(x.shape)}")
+        return self._add(LayerType.SLICE, [x], start=dims[0], shape=dims[1], stride=dims[2])
 
     def add_identity(self, input: ITensor) -> ILayer:
         return self._add(LayerType.IDENTITY, [self._tensor(input, "add_identity(input)")])
@@ -705,6 +774,7 @@ class INetworkDefinition:
 
 
 class ITimingCache:
+    __slots__ = ("entries",)
     MAGIC = b"STANDIN-TIMING-CACHE:"
 
     def __init__(self, entries: int = 0) -> None:
@@ -715,6 +785,8 @@ class ITimingCache:
 
 
 class IOptimizationProfile:
+    __slots__ = ("shapes",)
+
     def __init__(self) -> None:
         self.shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
 
@@ -733,8 +805,37 @@ class IOptimizationProfile:
         return list(self.shapes[_check(input, str, "get_shape(input)")])
 
 
-class IBuilderConfig:
+class IInt8Calibrator:
+    """Base of TensorRT's calibrators: a Python subclass must call the base __init__."""
+
+    __slots__ = ("__dict__", "_initialised")
+
     def __init__(self) -> None:
+        self._initialised = True
+
+    def get_batch_size(self) -> int:
+        raise NotImplementedError("pure virtual")
+
+    def get_batch(self, names: list[str]) -> list[int] | None:
+        raise NotImplementedError("pure virtual")
+
+    def read_calibration_cache(self) -> Any:
+        raise NotImplementedError("pure virtual")
+
+    def write_calibration_cache(self, cache: Any) -> None:
+        raise NotImplementedError("pure virtual")
+
+
+class IInt8EntropyCalibrator2(IInt8Calibrator):
+    __slots__ = ()
+
+
+class IBuilderConfig:
+    __slots__ = ("_calibrator", "_flags", "_level", "_timing_cache", "_verbosity",
+                 "memory_pool_limits", "profiles")
+
+    def __init__(self) -> None:
+        self._calibrator: IInt8Calibrator | None = None
         self._flags: set[BuilderFlag] = {BuilderFlag.TF32}  # TensorRT's default
         self._level = 3
         self._verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
@@ -757,6 +858,17 @@ class IBuilderConfig:
 
     def get_flag(self, flag: BuilderFlag) -> bool:
         return self._flag(flag, "get_flag(flag)") in self._flags
+
+    @property
+    def int8_calibrator(self) -> IInt8Calibrator | None:
+        return self._calibrator
+
+    @int8_calibrator.setter
+    def int8_calibrator(self, value: IInt8Calibrator) -> None:
+        calibrator = _check(value, IInt8Calibrator, "int8_calibrator")
+        if not getattr(calibrator, "_initialised", False):
+            raise TypeError("int8_calibrator: the subclass did not call the base __init__")
+        self._calibrator = calibrator
 
     @property
     def builder_optimization_level(self) -> int:
@@ -811,6 +923,8 @@ _PLAN_IDS = itertools.count()
 
 
 class Builder:
+    __slots__ = ("logger", "networks")
+
     def __init__(self, logger: ILogger) -> None:
         self.logger = _check(logger, ILogger, "Builder(logger)")
         self.networks: list[INetworkDefinition] = []
@@ -833,6 +947,8 @@ class Builder:
         _check(config, IBuilderConfig, "build_serialized_network(config)")
         try:
             _validate(network, config)
+            if BuilderFlag.INT8 in config._flags:
+                _calibrate(network, config)
         except StandInError as exc:
             self.logger.log(Severity.ERROR, str(exc))
             return None
@@ -841,6 +957,37 @@ class Builder:
         plan = b"STANDIN-PLAN:%d" % next(_PLAN_IDS)
         _PLANS[plan] = (network, config)
         return plan
+
+
+def _calibrate(network: INetworkDefinition, config: IBuilderConfig) -> None:
+    """Drive the calibrator as TensorRT's builder does: read the cache, else ask for
+    batches by input name until get_batch returns None, reading each pointer's values
+    (batch x the input's per-sample shape, float32), then write the cache."""
+    calibrator = config._calibrator
+    if calibrator is None:
+        raise StandInError("INT8 without a calibrator: this network has no Q/DQ layers, so "
+                           "TensorRT needs int8_calibrator (or dynamic ranges)")
+    if calibrator.read_calibration_cache() is not None:
+        return
+    batch = calibrator.get_batch_size()
+    names = [t.name for t in network._inputs]
+    seen = 0
+    while True:
+        pointers = calibrator.get_batch(names)
+        if pointers is None:
+            break
+        if len(pointers) != len(names) or not all(isinstance(p, int) for p in pointers):
+            raise StandInError(f"calibrator: get_batch({names}) returned {pointers!r}")
+        for tensor, pointer in zip(network._inputs, pointers, strict=True):
+            per_sample = [d for d in tensor._declared_shape[1:]]
+            count = batch * math.prod(per_sample)
+            values = np.frombuffer(ctypes.string_at(pointer, 4 * count), np.float32)
+            if not np.isfinite(values).all():
+                raise StandInError("calibrator: a batch holds NaN or Inf")
+        seen += 1
+    if seen == 0:
+        raise StandInError("calibrator: get_batch returned no batch at all")
+    calibrator.write_calibration_cache(b"STANDIN-CALIBRATION:%d" % seen)
 
 
 def _validate(network: INetworkDefinition, config: IBuilderConfig) -> None:
@@ -873,7 +1020,33 @@ def _validate(network: INetworkDefinition, config: IBuilderConfig) -> None:
 # ---------------------------------------------------------------------------- runtime side
 
 
+# Engine inspector vocabulary. A real engine's DETAILED JSON lists engine layers after
+# fusion: "Name" joins the fused network layers' names with " + " (pointwise fusions read
+# "PWN(a, b)"), "LayerType" is the kernel family ("CaskConvolution", "PointWiseV2",
+# "Reformat", ...) and "ParameterType" the operation. The stand-in fuses nothing: one engine
+# layer per network layer, its family from this table (the stand-in's choice, not a claim
+# about which kernels TensorRT picks).
+_KERNEL_FAMILY = {
+    LayerType.CONVOLUTION: "CaskConvolution", LayerType.POOLING: "CaskPooling",
+    LayerType.MATRIX_MULTIPLY: "CaskGemmMatrixMultiply", LayerType.CAST: "Reformat",
+    LayerType.SCALE: "Scale", LayerType.SHUFFLE: "Shuffle", LayerType.SLICE: "Slice",
+    LayerType.CONSTANT: "Constant", LayerType.REDUCE: "Reduce",
+    LayerType.ACTIVATION: "PointWiseV2", LayerType.ELEMENTWISE: "PointWiseV2",
+    LayerType.UNARY: "PointWiseV2", LayerType.IDENTITY: "Reformat",
+}
+_PARAMETER_TYPE = {
+    LayerType.CONVOLUTION: "Convolution", LayerType.POOLING: "Pooling",
+    LayerType.MATRIX_MULTIPLY: "MatrixMultiply", LayerType.CAST: "Reformat",
+    LayerType.SCALE: "Scale", LayerType.SHUFFLE: "Shuffle", LayerType.SLICE: "Slice",
+    LayerType.CONSTANT: "Constant", LayerType.REDUCE: "Reduce",
+    LayerType.ACTIVATION: "PointWise", LayerType.ELEMENTWISE: "PointWise",
+    LayerType.UNARY: "PointWise", LayerType.IDENTITY: "Reformat",
+}
+
+
 class IEngineInspector:
+    __slots__ = ("_engine",)
+
     def __init__(self, engine: ICudaEngine) -> None:
         self._engine = engine
 
@@ -884,7 +1057,8 @@ class IEngineInspector:
         if format == LayerInformationFormat.ONELINE:
             return "\n".join(layer.name for layer in layers)
         entries: list[Any] = [
-            {"Name": layer.name, "LayerType": layer.kind.name} if detailed else layer.name
+            {"Name": layer.name, "LayerType": _KERNEL_FAMILY[layer.kind],
+             "ParameterType": _PARAMETER_TYPE[layer.kind]} if detailed else layer.name
             for layer in layers
         ]
         return json.dumps({"Layers": entries, "Bindings": [INPUT.name for INPUT in
@@ -892,6 +1066,8 @@ class IEngineInspector:
 
 
 class ICudaEngine:
+    __slots__ = ("_config", "_network", "refitted")
+
     def __init__(self, network: INetworkDefinition, config: IBuilderConfig) -> None:
         self._network = network
         self._config = config
@@ -930,15 +1106,105 @@ class ICudaEngine:
     def get_tensor_dtype(self, name: str) -> DataType:
         return _types(self._network)[self._named(name)._id]
 
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        return self._named(name).shape
+
     def create_engine_inspector(self) -> IEngineInspector:
         return IEngineInspector(self)
+
+    def create_execution_context(self) -> IExecutionContext:
+        return IExecutionContext(self)
 
     def evaluate(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Stand-in only: run the engine's network on the CPU, refitted weights included."""
         return evaluate(self._network, inputs, refitted=self.refitted)
 
 
+class IExecutionContext:
+    """Runs the engine on raw pointers like TensorRT: inputs are read from the addresses
+    given with set_tensor_address (host memory here, device memory there) and outputs
+    written to theirs. Stand-in rules mirror the documented ones: a dynamic input needs
+    set_input_shape inside the profile, every I/O tensor needs an address."""
+
+    __slots__ = ("_addresses", "_engine", "_shapes", "enqueues")
+
+    def __init__(self, engine: ICudaEngine) -> None:
+        self._engine = engine
+        self._addresses: dict[str, int] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self.enqueues = 0  # stand-in record
+
+    def _profile_fits(self, tensor: ITensor, shape: tuple[int, ...]) -> bool:
+        declared = tensor._declared_shape
+        if len(shape) != len(declared) or any(d not in (-1, s) for d, s in
+                                              zip(declared, shape, strict=True)):
+            return False
+        if -1 not in declared:
+            return True
+        for profile in self._engine._config.profiles:
+            if tensor.name in profile.shapes:
+                lo, _, hi = profile.shapes[tensor.name]
+                return all(a <= s <= c for a, s, c in zip(lo, shape, hi, strict=True))
+        return False
+
+    def set_input_shape(self, name: str, shape: Sequence[int]) -> bool:
+        tensor = self._engine._named(name)
+        dims = _dims(shape, "set_input_shape(shape)")
+        if tensor not in self._engine._network._inputs or not self._profile_fits(tensor, dims):
+            return False
+        self._shapes[name] = dims
+        return True
+
+    def _input_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        out = {}
+        for tensor in self._engine._network._inputs:
+            shape = self._shapes.get(tensor.name, tensor._declared_shape)
+            if -1 in shape:
+                return None
+            out[tensor.name] = shape
+        return out
+
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        tensor = self._engine._named(name)
+        shapes = self._input_shapes()
+        if tensor in self._engine._network._inputs:
+            return self._shapes.get(name, tensor._declared_shape)
+        if shapes is None:
+            return tensor.shape  # -1 where an input's shape is not set yet
+        metas = {n: torch.empty(s, device="meta") for n, s in shapes.items()}
+        return tuple(evaluate(self._engine._network, metas)[name].shape)
+
+    def set_tensor_address(self, name: str, memory: int) -> bool:
+        self._engine._named(name)
+        self._addresses[name] = _int(memory, "set_tensor_address(memory)")
+        return True
+
+    def execute_async_v3(self, stream_handle: int) -> bool:
+        _int(stream_handle, "execute_async_v3(stream_handle)")
+        shapes = self._input_shapes()
+        if shapes is None or set(self._addresses) != {t.name for t in self._engine._io()}:
+            return False
+        inputs = {}
+        for tensor in self._engine._network._inputs:
+            dtype = _TORCH_TYPES[tensor._declared_dtype]
+            count = math.prod(shapes[tensor.name])
+            raw = ctypes.string_at(self._addresses[tensor.name],
+                                   count * _ITEMSIZE[tensor._declared_dtype])
+            inputs[tensor.name] = torch.frombuffer(bytearray(raw), dtype=dtype).reshape(
+                shapes[tensor.name])
+        outputs = self._engine.evaluate(inputs)
+        types = _types(self._engine._network)
+        for tensor in self._engine._network._outputs:
+            value = outputs[tensor.name].to(_TORCH_TYPES[types[tensor._id]]).contiguous()
+            ctypes.memmove(self._addresses[tensor.name], value.data_ptr(),
+                           value.numel() * value.element_size())
+        self.enqueues += 1
+        return True
+
+
 class Runtime:
+    __slots__ = ("logger",)
+
     def __init__(self, logger: ILogger) -> None:
         self.logger = _check(logger, ILogger, "Runtime(logger)")
 
@@ -950,7 +1216,36 @@ class Runtime:
         return ICudaEngine(*_PLANS[data])
 
 
+def _refit_groups(network: INetworkDefinition) -> list[set[str]]:
+    """Weights that must be refitted together. The stand-in's rule, after TensorRT's
+    documented behaviour that weights fused into one kernel are refitted as one: a layer's
+    own weights form a group, and a convolution whose output only feeds a scale layer
+    (the Conv+BatchNorm fusion) shares its group with that scale layer."""
+    names = network._weight_names
+    consumers: dict[int, list[ILayer]] = {}
+    for layer in network._layers:
+        for tensor in layer.inputs:
+            if tensor is not None:
+                consumers.setdefault(tensor._id, []).append(layer)
+    groups: dict[int, set[str]] = {}
+    for layer in network._layers:
+        own = {names[w.key()] for w in layer.weights().values() if w.key() in names}
+        groups.setdefault(id(layer), set()).update(own)
+        if layer.kind == LayerType.CONVOLUTION:
+            users = consumers.get(layer._outputs[0]._id, [])
+            if len(users) == 1 and users[0].kind == LayerType.SCALE:
+                merged = groups[id(layer)] | groups.setdefault(id(users[0]), set())
+                groups[id(layer)] = groups[id(users[0])] = merged
+    unique: list[set[str]] = []
+    for group in groups.values():
+        if group and all(group is not g for g in unique):
+            unique.append(group)
+    return unique
+
+
 class Refitter:
+    __slots__ = ("_engine", "_logger", "_pending")
+
     def __init__(self, engine: ICudaEngine, logger: ILogger) -> None:
         self._engine = _check(engine, ICudaEngine, "Refitter(engine)")
         self._logger = _check(logger, ILogger, "Refitter(logger)")
@@ -965,7 +1260,14 @@ class Refitter:
         return sorted(self._named())
 
     def get_missing_weights(self) -> list[str]:
-        return []  # no fused dependencies in the stand-in: a partial refit is complete
+        """Names still to set before refit_cuda_engine: the rest of every group touched."""
+        if not self._engine.refittable:
+            return []
+        missing: set[str] = set()
+        for group in _refit_groups(self._engine._network):
+            if group & set(self._pending):
+                missing |= group - set(self._pending)
+        return sorted(missing)
 
     def set_named_weights(self, name: str, weights: Weights) -> bool:
         _check(name, str, "set_named_weights(name)")
@@ -983,7 +1285,10 @@ class Refitter:
         return True
 
     def refit_cuda_engine(self) -> bool:
-        if not self._engine.refittable:
+        if not self._engine.refittable or self.get_missing_weights():
+            if self._engine.refittable:
+                self._logger.log(Severity.ERROR, "refit: weights missing: "
+                                 + ", ".join(self.get_missing_weights()[:5]))
             return False
         for name, weights in self._pending.items():
             self._engine.refitted[name] = weights.values()
@@ -1064,6 +1369,27 @@ def _weight_tensor(weights: Weights, layer: ILayer, role: str,
     if weights.dtype == DataType.HALF:
         values = values.half().float()
     return values.to(device)
+
+
+_DYNAMIC = 7919  # a dynamic dimension's stand-in size during shape inference (a prime)
+
+
+def _meta(tensor: ITensor) -> torch.Tensor:
+    """The tensor as a meta tensor: shape inference by evaluating its layer (cached)."""
+    if tensor._producer is None:
+        dims = [_DYNAMIC if d == -1 else d for d in tensor._declared_shape]
+        return torch.empty(dims, device="meta")
+    layer = tensor._producer
+    if layer._meta is None:
+        values = {t._id: _meta(t) for t in layer.inputs if t is not None}
+        try:
+            out = _run_layer(layer, values, {}, {}, "meta")
+        except StandInError:
+            raise
+        except (RuntimeError, ValueError, IndexError) as exc:
+            raise StandInError(f"layer {layer.name} ({layer.kind.name}): {exc}") from exc
+        object.__setattr__(layer, "_meta", out)
+    return layer._meta
 
 
 def evaluate(network: INetworkDefinition, inputs: dict[str, torch.Tensor], *,
@@ -1156,8 +1482,9 @@ def _run_layer(layer: ILayer, values: dict[int, torch.Tensor], refitted: dict[st
     if kind == LayerType.SCALE:
         if layer.mode != ScaleMode.CHANNEL:
             raise StandInError("stand-in evaluates CHANNEL scale only")
-        channels = x.shape[1]
-        view = (1, channels) + (1,) * (x.dim() - 2)
+        axis = layer.channel_axis
+        channels = x.shape[axis]
+        view = tuple(channels if d == axis else 1 for d in range(x.dim()))
         parts = {}
         for role, default in (("scale", 1.0), ("shift", 0.0), ("power", 1.0)):
             weights = layer.weights()[role]
@@ -1222,9 +1549,217 @@ def _run_layer(layer: ILayer, values: dict[int, torch.Tensor], refitted: dict[st
                  UnaryOperation.LOG: torch.log, UnaryOperation.ABS: torch.abs,
                  UnaryOperation.NEG: torch.neg, UnaryOperation.RECIP: torch.reciprocal}
         return unary[layer.op](x)
+    if kind == LayerType.SLICE:
+        for dim, (first, size, step) in enumerate(zip(layer.start, layer.shape, layer.stride,
+                                                      strict=True)):
+            last = first + (size - 1) * step
+            if size and not (0 <= first < x.shape[dim] and 0 <= last < x.shape[dim]):
+                raise StandInError(f"layer {layer.name}: slice reads outside dimension {dim}")
+            index = first + torch.arange(size, device=x.device) * step
+            x = x.index_select(dim, index)
+        return x
     if kind in (LayerType.CAST, LayerType.IDENTITY):
         return x
     raise StandInError(f"stand-in cannot evaluate {kind.name}")
+
+
+# ---------------------------------------------------------------------------- ONNX parser
+
+
+class ParserError:
+    __slots__ = ("_desc",)
+
+    def __init__(self, desc: str) -> None:
+        self._desc = desc
+
+    def desc(self) -> str:
+        return self._desc
+
+
+def _onnx_attrs(node: Any) -> dict[str, Any]:
+    import onnx
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _symmetric(pads: Sequence[int], what: str) -> tuple[int, ...]:
+    half = len(pads) // 2
+    if list(pads[:half]) != list(pads[half:]):
+        raise StandInError(f"{what}: asymmetric pads {list(pads)} (stand-in imports symmetric)")
+    return tuple(int(p) for p in pads[:half])
+
+
+def _onnx_weight_values(proto: Any) -> dict[str, np.ndarray]:
+    """Every weight the stand-in parser builds, by the name it gives it: conv and Gemm
+    initializers under their own names; BatchNormalization folded on the host into
+    '<scale initializer>' (the per-channel scale) and '<bias initializer>' (the shift)."""
+    from onnx import numpy_helper
+
+    inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    out: dict[str, np.ndarray] = {}
+    for node in proto.graph.node:
+        if node.op_type in ("Conv", "Gemm"):
+            for name in node.input[1:]:
+                if name:
+                    out[name] = np.ascontiguousarray(inits[name], np.float32)
+        elif node.op_type == "BatchNormalization":
+            gamma, beta, mean, var = (inits[n].astype(np.float64) for n in node.input[1:5])
+            eps = float(_onnx_attrs(node).get("epsilon", 1e-5))
+            scale = gamma / np.sqrt(var + eps)
+            out[node.input[1]] = np.ascontiguousarray(scale, np.float32)
+            out[node.input[2]] = np.ascontiguousarray(beta - mean * scale, np.float32)
+    return out
+
+
+def _out(layer: ILayer) -> ITensor:
+    tensor = layer.get_output(0)
+    assert tensor is not None
+    return tensor
+
+
+def _import_onnx(network: INetworkDefinition, proto: Any) -> None:
+    """Fill `network` from an ONNX graph the way TensorRT's parser maps these ops: conv
+    and Gemm initializers become Weights named after the initializer, BatchNormalization
+    a per-channel scale layer. Ops outside a ResNet's set are an error, as an op without
+    an importer is for TensorRT."""
+    import onnx
+
+    weights = _onnx_weight_values(proto)
+    inits = {t.name for t in proto.graph.initializer}
+    values: dict[str, ITensor] = {}
+    held: list[Weights] = []
+
+    def w(name: str) -> Weights:
+        item = Weights(weights[name])
+        held.append(item)
+        return item
+
+    def named(layer: ILayer, roles: dict[str, str]) -> None:
+        for role, name in roles.items():
+            network.set_weights_name(layer.weights()[role], name)
+
+    for tensor in proto.graph.input:
+        if tensor.name in inits:
+            continue
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1
+                     for d in tensor.type.tensor_type.shape.dim)
+        dtype = {onnx.TensorProto.FLOAT: DataType.FLOAT,
+                 onnx.TensorProto.FLOAT16: DataType.HALF}[tensor.type.tensor_type.elem_type]
+        values[tensor.name] = network.add_input(tensor.name, dtype, dims)
+    for node in proto.graph.node:
+        attrs = _onnx_attrs(node)
+        op = node.op_type
+        if op not in ("Conv", "BatchNormalization", "Relu", "MaxPool", "GlobalAveragePool",
+                      "Flatten", "Gemm", "Add"):
+            raise StandInError(f"no importer for ONNX op {op} (node {node.name})")
+        x = values.get(node.input[0])
+        if x is None:
+            raise StandInError(f"{op} {node.name}: input {node.input[0]!r} is not a tensor")
+        if op == "Conv":
+            kernel = weights[node.input[1]]
+            bias_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+            layer = network.add_convolution_nd(x, int(kernel.shape[0]), kernel.shape[2:],
+                                               w(node.input[1]),
+                                               w(bias_name) if bias_name else Weights())
+            layer.stride_nd = tuple(attrs.get("strides", (1, 1)))
+            layer.padding_nd = _symmetric(attrs.get("pads", (0, 0, 0, 0)), node.name)
+            layer.dilation_nd = tuple(attrs.get("dilations", (1, 1)))
+            layer.num_groups = int(attrs.get("group", 1))
+            named(layer, {"kernel": node.input[1], **({"bias": bias_name} if bias_name else {})})
+        elif op == "BatchNormalization":
+            layer = network.add_scale_nd(x, ScaleMode.CHANNEL, w(node.input[2]),
+                                         w(node.input[1]), Weights(), 1)
+            named(layer, {"shift": node.input[2], "scale": node.input[1]})
+        elif op == "Relu":
+            layer = network.add_activation(x, ActivationType.RELU)
+        elif op == "MaxPool":
+            layer = network.add_pooling_nd(x, PoolingType.MAX, tuple(attrs["kernel_shape"]))
+            layer.stride_nd = tuple(attrs.get("strides", (1, 1)))
+            layer.padding_nd = _symmetric(attrs.get("pads", (0, 0, 0, 0)), node.name)
+        elif op == "GlobalAveragePool":
+            layer = network.add_reduce(x, ReduceOperation.AVG, (1 << 2) | (1 << 3), True)
+        elif op == "Flatten":
+            if int(attrs.get("axis", 1)) != 1:
+                raise StandInError(f"Flatten {node.name}: axis {attrs['axis']}")
+            layer = network.add_shuffle(x)
+            layer.reshape_dims = (0, -1)
+        elif op == "Gemm":
+            if int(attrs.get("transB", 0)) != 1 or int(attrs.get("transA", 0)) != 0:
+                raise StandInError(f"Gemm {node.name}: only transB=1")
+            const = network.add_constant(weights[node.input[1]].shape, w(node.input[1]))
+            named(const, {"weights": node.input[1]})
+            layer = network.add_matrix_multiply(x, MatrixOperation.NONE, _out(const),
+                                                MatrixOperation.TRANSPOSE)
+            if len(node.input) > 2 and node.input[2]:
+                bias = weights[node.input[2]]
+                bconst = network.add_constant((1, int(bias.size)), w(node.input[2]))
+                named(bconst, {"weights": node.input[2]})
+                layer = network.add_elementwise(_out(layer), _out(bconst),
+                                                ElementWiseOperation.SUM)
+        else:  # Add
+            layer = network.add_elementwise(x, values[node.input[1]], ElementWiseOperation.SUM)
+        out = _out(layer)
+        out.name = node.output[0]
+        values[node.output[0]] = out
+    for output in proto.graph.output:
+        network.mark_output(values[output.name])
+    network._keep = held
+
+
+class OnnxParser:
+    __slots__ = ("_errors", "_logger", "_network")
+
+    def __init__(self, network: INetworkDefinition, logger: ILogger) -> None:
+        self._network = _check(network, INetworkDefinition, "OnnxParser(network)")
+        self._logger = _check(logger, ILogger, "OnnxParser(logger)")
+        self._errors: list[ParserError] = []
+
+    @property
+    def num_errors(self) -> int:
+        return len(self._errors)
+
+    def get_error(self, index: int) -> ParserError:
+        return self._errors[_int(index, "get_error(index)")]
+
+    def parse_from_file(self, model: str) -> bool:
+        import onnx
+
+        _check(model, str, "parse_from_file(model)")
+        try:
+            _import_onnx(self._network, onnx.load(model))
+        except (StandInError, KeyError, ValueError, TypeError) as exc:
+            self._errors.append(ParserError(str(exc)))
+            return False
+        return True
+
+
+class OnnxParserRefitter:
+    __slots__ = ("_errors", "_logger", "_refitter")
+
+    def __init__(self, refitter: Refitter, logger: ILogger) -> None:
+        self._refitter = _check(refitter, Refitter, "OnnxParserRefitter(refitter)")
+        self._logger = _check(logger, ILogger, "OnnxParserRefitter(logger)")
+        self._errors: list[ParserError] = []
+
+    @property
+    def num_errors(self) -> int:
+        return len(self._errors)
+
+    def get_error(self, index: int) -> ParserError:
+        return self._errors[_int(index, "get_error(index)")]
+
+    def refit_from_file(self, model: str) -> bool:
+        import onnx
+
+        values = _onnx_weight_values(onnx.load(_check(model, str, "refit_from_file(model)")))
+        for name in self._refitter.get_all_weights():
+            if name not in values:
+                self._errors.append(ParserError(f"{name}: not in {model}"))
+                return False
+            if not self._refitter.set_named_weights(name, Weights(values[name])):
+                self._errors.append(ParserError(f"{name}: refused"))
+                return False
+        return True
 
 
 # ---------------------------------------------------------------------------- the module object
@@ -1267,6 +1802,17 @@ class TensorRTStandIn:
     Builder = Builder
     Runtime = Runtime
     Refitter = Refitter
+    IInt8Calibrator = IInt8Calibrator
+    IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
+    IBuilderConfig = IBuilderConfig
+    ICudaEngine = ICudaEngine
+    IExecutionContext = IExecutionContext
+    EngineInspector = IEngineInspector  # TensorRT spells it without the I
+    IOptimizationProfile = IOptimizationProfile
+    ITimingCache = ITimingCache
+    OnnxParser = OnnxParser
+    OnnxParserRefitter = OnnxParserRefitter
+    ParserError = ParserError
     ITensor = ITensor
     ILayer = ILayer
     INetworkDefinition = INetworkDefinition
@@ -1286,8 +1832,7 @@ class _Builder11(Builder):
 class _BuilderFlag11(_Enum):
     REFIT = 4
     TF32 = 6
-    STRIP_PLAN = 8
-    REFIT_IDENTICAL = 9
+    REFIT_IDENTICAL = 20
 
 
 _BuilderFlag11.__name__ = "BuilderFlag"
