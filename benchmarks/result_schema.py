@@ -279,6 +279,7 @@ class SpecDocument(Closed):
     precision: Name = "fp32"
     batch_size: Int = 1
     shape_mode: Name = "static"
+    opt_level: Name = "default"
     device: Name = "cpu"
     image_size: Int = 224
     width: Int = 64

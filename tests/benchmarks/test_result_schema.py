@@ -90,3 +90,19 @@ def test_the_child_that_writes_documents_runs_without_pydantic() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_spec_with_an_optimization_level_is_a_valid_document() -> None:
+    """Every BenchSpec field has its place in the schema: a child measuring a non-default
+    level wrote a document the reader refused ("spec.opt_level: unknown field"), found on
+    an H100 when the opt_level axis met the typed schema."""
+    import dataclasses
+
+    from benchmarks.result_schema import SpecDocument
+    from benchmarks.spec import BenchSpec
+
+    spec_fields = {f.name for f in dataclasses.fields(BenchSpec)}
+    assert spec_fields <= set(SpecDocument.model_fields), spec_fields - set(
+        SpecDocument.model_fields)
+    spec = BenchSpec(backend="onnxruntime", opt_level="basic").to_dict()
+    assert SpecDocument.model_validate(spec).opt_level == "basic"
