@@ -1,16 +1,13 @@
 """No refused pin ever reaches an installer, whichever way it comes in: the API, the worker's
 task body (pins that reached the database by another route), or `materialize` directly.
 
-The spy is a `uv` and a `pip` first on PATH that record their argument list and refuse to
-install. It observes the product's real code path: the controls show an accepted pin does
-arrive at it, so "nothing recorded" for the refused ones means something.
+The spy records every command the environment builder runs (`workers.environments._run`)
+and refuses to install. It observes the product's real code path: the controls show an
+accepted pin does arrive at it, so "nothing recorded" for the refused ones means something.
 """
 
 from __future__ import annotations
 
-import json
-import stat
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,23 +43,24 @@ sys.exit(3)
 
 @pytest.fixture
 def installer_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list]:
-    """Put the spy first on PATH; returns a function listing the recorded argument lists."""
-    bin_dir = tmp_path / "spy-bin"
-    bin_dir.mkdir()
-    log = tmp_path / "installer-calls.jsonl"
-    for name in ("uv", "pip", "pip3"):
-        script = bin_dir / name
-        script.write_text(SPY.format(python=sys.executable, log=str(log)))
-        script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    """Spy on `workers.environments._run`, the one door every installer command of the
+    environment builder goes through (the worker's own pip, run as `python -m pip`, so a
+    spy on PATH would see nothing): record each command; let `venv` creation run, refuse
+    every install. Returns a function listing the recorded argument lists."""
+    import workers.environments as environments
+
+    log: list[list[str]] = []
+    real_run = environments._run
+
+    def spy(argv: list[str], **kwargs: object) -> None:
+        log.append([str(a) for a in argv])
+        if "install" in argv:
+            raise EnvironmentBuildError("installer spy: not installing")
+        real_run(argv, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(environments, "_run", spy)
     monkeypatch.setenv("SPEEDWATCH_VENV_CACHE_DIR", str(tmp_path / "venvs"))
-
-    def calls() -> list[list[str]]:
-        if not log.exists():
-            return []
-        return [json.loads(line) for line in log.read_text().splitlines()]
-
-    return calls
+    return lambda: list(log)
 
 
 def _installs(calls: list[list[str]]) -> list[list[str]]:
