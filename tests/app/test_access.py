@@ -18,13 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.dependencies.models import Dependant
 from fastapi.testclient import TestClient
 
+from app import ports
 from app.api import deps
 from app.config import Settings
 from app.dashboard.routes import TOKEN_COOKIE, page_access
@@ -32,7 +32,7 @@ from app.main import create_app
 from app.services.tokens import authenticate, revoke_token
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer, bench_result, ingest_body, run_request, tiny_spec
-from tests.workers.wheels import use_only, write_releases
+from workers import dispatch
 
 # (method, route template) -> the scope it needs. Every non-GET route must be listed.
 WRITES: dict[tuple[str, str], str] = {
@@ -351,12 +351,17 @@ def bisect_request(project: str) -> dict[str, Any]:
             "matrix": {"models": ["resnet18"], "backends": ["onnxruntime"]}}
 
 
+class Releases:
+    """The package index as far as these tests care (pip's own is tested elsewhere:
+    tests/app/test_sweeps_api.py): the releases a sweep or bisect of SWEPT reads."""
+
+    def versions(self, package: str, *, pre: bool, settings: Settings) -> list[str]:
+        return list(SWEPT)
+
+
 @pytest.fixture
-def world(client: TestClient, tokens: dict[str, str], tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> dict[str, Seeded]:
-    # the releases a sweep reads, from a wheel directory pip alone reads (no network)
-    write_releases(tmp_path / "wheels", "onnxruntime", SWEPT, {})
-    use_only(monkeypatch, tmp_path / "wheels")
+def world(client: TestClient, tokens: dict[str, str]) -> Iterator[dict[str, Seeded]]:
+    ports.wire(cells=ports.cell_queue(), deliveries=ports.delivery_queue(), index=Releases())
     ci = bearer(tokens["ci"])
     seeded = {}
     for name in (MINE, THEIRS):
@@ -372,7 +377,8 @@ def world(client: TestClient, tokens: dict[str, str], tmp_path: Path,
         swept = client.post("/api/v1/sweeps", json=sweep_request(name), headers=ci)
         assert swept.status_code == 201, swept.text
         seeded[name] = Seeded(name, (runs[0], runs[1]), regression["id"], swept.json()["id"])
-    return seeded
+    yield seeded
+    dispatch.install()  # pip's index again
 
 
 @pytest.fixture

@@ -279,3 +279,28 @@ def test_an_environments_build_is_shown_as_the_worker_reported_it(
     page = api.get("/environments", cookies={"speedwatch_token": ci_token})
     assert page.status_code == 200
     assert "4.2 s" in page.text and "21.0 MB" in page.text and "numpy 1.26.4" in page.text
+
+
+def test_the_cli_follows_a_bisect_to_its_answer(
+    server_url: str, ci_token: str, local: Settings,
+) -> None:
+    def measure() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with session_scope(local) as session:
+                sweep_id = session.scalar(select(Sweep.id))
+            if sweep_id is not None:
+                drive(local, sweep_id, lambda pins: 1.0 if pins[PKG] >= "1.2" else 2.0)
+                return
+            time.sleep(0.1)
+
+    worker = threading.Thread(target=measure)
+    worker.start()
+    result = _cli(server_url, ci_token, "bisect", "--project", PROJECT, "--good",
+                  f"{PKG}==0.9", "--bad", f"{PKG}==2.0", "--model", "resnet18", "--width",
+                  "8", "--image-size", "32", "--wait", "--poll", "0.2")
+    worker.join()
+    assert result.exit_code == 0, result.output
+    assert f"first slower in {PKG} 1.2 (1.1 fine): -50.0%" in result.output
+    assert "bisect 1: swsweep 0.9 (good) .. 2.0 (bad)" in result.output  # the table's title
+    assert "Traceback" not in result.output
