@@ -659,6 +659,25 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
     return joined
 
 
+COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def _fresh_compile_caches(child_env: dict[str, str], tmp: Path,
+                          explicit: dict[str, str] | None) -> None:
+    """Give each process compile caches of its own, so processes are independent samples.
+
+    Inductor keeps its FX-graph and autotuning results on disk (/tmp/torchinductor_<user>
+    by default), so the later processes of a run reuse the kernels the first one chose: the
+    CI over processes then leaves out compile-time variance. On an H100 this hid it: dynamic
+    shapes compiled on one machine gave 1.459x [1.459, 1.460] at batch 8 and 1.319x [1.316,
+    1.321] on a fresh one (benchmarks/results/nvidia-h100-2026-11-25-issue17/). A cache the
+    caller names in `env` is kept: sharing it is then a choice, not an accident.
+    """
+    for name in COMPILE_CACHE_VARIABLES:
+        if explicit is None or name not in explicit:
+            child_env[name] = str(tmp / name.lower())
+
+
 def _run_one(
     spec: BenchSpec,
     *,
@@ -679,6 +698,7 @@ def _run_one(
         spec_path, out_path, log_path = (Path(tmp) / n for n in ("spec.json", "out.json",
                                                                  "child.log"))
         spec_path.write_text(spec.to_json(), encoding="utf-8")
+        _fresh_compile_caches(child_env, Path(tmp), env)
         cmd = [python, "-m", "benchmarks.child", str(spec_path), str(out_path)]
         with open(log_path, "wb") as log:
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,35 @@ def test_fault_option_is_ignored_without_the_environment_switch(tiny_spec: SpecF
     result = run_isolated(spec, timeout_s=300, env={FAULT_ENV: "0"})
     assert result.status == "ok", (result.reason, result.stderr_tail)
 
+
+
+def _env_recorder(tmp_path: Path) -> tuple[str, Path]:
+    """An 'interpreter' that writes the compile-cache variables it was started with."""
+    record = tmp_path / "seen.txt"
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\n"
+                      f'echo "$TORCHINDUCTOR_CACHE_DIR $TRITON_CACHE_DIR" >> {record}\n')
+    script.chmod(0o755)
+    return str(script), record
+
+
+def test_each_process_compiles_with_caches_of_its_own(tiny_spec: SpecFactory,
+                                                      tmp_path: Path) -> None:
+    python, record = _env_recorder(tmp_path)
+    for _ in range(2):
+        run_isolated(tiny_spec(), timeout_s=60, python=python)
+    first, second = (line.split() for line in record.read_text().splitlines())
+    assert first != second  # a later process never reuses the kernels an earlier one chose
+    for inductor, triton in (first, second):
+        assert inductor != triton
+        assert not Path(inductor).exists()  # removed with the process's scratch folder
+
+
+def test_a_compile_cache_the_caller_names_is_shared(tiny_spec: SpecFactory,
+                                                    tmp_path: Path) -> None:
+    python, record = _env_recorder(tmp_path)
+    run_isolated(tiny_spec(), timeout_s=60, python=python,
+                 env={"TORCHINDUCTOR_CACHE_DIR": "/srv/inductor-cache"})
+    inductor, triton = record.read_text().split()
+    assert inductor == "/srv/inductor-cache"
+    assert triton != "/srv/inductor-cache"
