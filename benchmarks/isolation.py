@@ -659,7 +659,7 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
     return joined
 
 
-COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR",)
 
 
 def _fresh_compile_caches(child_env: dict[str, str], tmp: Path,
@@ -671,7 +671,10 @@ def _fresh_compile_caches(child_env: dict[str, str], tmp: Path,
     CI over processes then leaves out compile-time variance. On an H100 this hid it: dynamic
     shapes compiled on one machine gave 1.459x [1.459, 1.460] at batch 8 and 1.319x [1.316,
     1.321] on a fresh one (benchmarks/results/nvidia-h100-2026-11-25-issue17/). A cache the
-    caller names in `env` is kept: sharing it is then a choice, not an accident.
+    caller names in `env` is kept: sharing it is then a choice, not an accident. Triton's
+    cache stays shared: it holds compiled binaries keyed by kernel source, no choices, and
+    with it fresh too two dynamic-shape specs did not finish in 580 s on the H100 where four
+    specs with shared caches took 490 s.
     """
     for name in COMPILE_CACHE_VARIABLES:
         if explicit is None or name not in explicit:

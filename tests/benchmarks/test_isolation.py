@@ -103,11 +103,11 @@ def test_fault_option_is_ignored_without_the_environment_switch(tiny_spec: SpecF
 
 
 def _env_recorder(tmp_path: Path) -> tuple[str, Path]:
-    """An 'interpreter' that writes the compile-cache variables it was started with."""
+    """An 'interpreter' that writes the inductor cache folder it was started with."""
     record = tmp_path / "seen.txt"
     script = tmp_path / "python"
     script.write_text("#!/bin/sh\n"
-                      f'echo "$TORCHINDUCTOR_CACHE_DIR $TRITON_CACHE_DIR" >> {record}\n')
+                      f'echo "$TORCHINDUCTOR_CACHE_DIR" >> {record}\n')
     script.chmod(0o755)
     return str(script), record
 
@@ -118,10 +118,9 @@ def test_each_process_compiles_with_caches_of_its_own(tiny_spec: SpecFactory,
     for _ in range(2):
         run_isolated(tiny_spec(), timeout_s=60, python=python)
     first, second = (line.split() for line in record.read_text().splitlines())
-    assert first != second  # a later process never reuses the kernels an earlier one chose
-    for inductor, triton in (first, second):
-        assert inductor != triton
-        assert not Path(inductor).exists()  # removed with the process's scratch folder
+    assert first[0] != second[0]  # a later process never reuses the kernels an earlier one chose
+    for seen in (first, second):
+        assert not Path(seen[0]).exists()  # removed with the process's scratch folder
 
 
 def test_a_compile_cache_the_caller_names_is_shared(tiny_spec: SpecFactory,
@@ -129,6 +128,4 @@ def test_a_compile_cache_the_caller_names_is_shared(tiny_spec: SpecFactory,
     python, record = _env_recorder(tmp_path)
     run_isolated(tiny_spec(), timeout_s=60, python=python,
                  env={"TORCHINDUCTOR_CACHE_DIR": "/srv/inductor-cache"})
-    inductor, triton = record.read_text().split()
-    assert inductor == "/srv/inductor-cache"
-    assert triton != "/srv/inductor-cache"
+    assert record.read_text().split()[0] == "/srv/inductor-cache"
