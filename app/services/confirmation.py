@@ -39,14 +39,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Literal
 
-from sqlalchemy import event, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app import ports
-from app.config import Settings, get_settings
+from app.config import Settings
 from app.detection.policy import DetectionPolicy
 from app.detection.verdict import VerdictError, judge_results
 from app.models import RUN_TERMINAL, Cell, Result, Run
+from app.services import after_commit
 from app.services.common import canonical_hash, spec_hash
 from app.services.documents import result_document
 from benchmarks.spec import BenchSpec
@@ -55,8 +55,7 @@ log = logging.getLogger(__name__)
 
 Side = Literal["candidate", "baseline"]
 SIDES: tuple[Side, Side] = ("candidate", "baseline")
-PENDING_CONFIRMATIONS = "speedwatch_pending_confirmations"
-PENDING_SETTINGS = "speedwatch_pending_confirmations_settings"
+PENDING_CONFIRMATIONS = "confirmation cells"  # the after-commit key of confirm cells
 EXECUTING = ("local", "celery")
 
 
@@ -132,8 +131,8 @@ def request_confirmation(
     session.flush()
     lead = made[0].cells[0]
     if lead.status == "queued":
-        session.info.setdefault(PENDING_CONFIRMATIONS, []).append((lead.id, lead.queue))
-        session.info[PENDING_SETTINGS] = settings
+        after_commit.send_after_commit(session, PENDING_CONFIRMATIONS, [(lead.id, lead.queue)],
+                                       send, settings)
     return made[0], made[1]
 
 
@@ -225,40 +224,10 @@ def confirmation_outcome(
 
 
 def forget_pending(session: Session) -> None:
-    """Drop confirmations requested in a transaction (or savepoint) that was rolled back."""
-    session.info.pop(PENDING_CONFIRMATIONS, None)
-    session.info.pop(PENDING_SETTINGS, None)
-
-
-@event.listens_for(Session, "after_commit")
-def _send_after_commit(session: Session) -> None:
-    cells = session.info.pop(PENDING_CONFIRMATIONS, None)
-    settings = session.info.pop(PENDING_SETTINGS, None)
-    if cells:
-        send(cells, settings or get_settings())
-
-
-@event.listens_for(Session, "after_rollback")
-def _forget_after_rollback(session: Session) -> None:
-    forget_pending(session)
+    """Drop confirmations requested in a savepoint that was rolled back."""
+    after_commit.forget(session, PENDING_CONFIRMATIONS)
 
 
 def send(cells: list[tuple[int, str]], settings: Settings) -> None:
-    """Hand committed confirm cells to the executor; never raises. On failure the cells'
-    enqueue stamp is cleared, so the reconciler sends them within a minute.
-
-    Runs in SQLAlchemy's after_commit hook, in whichever process committed (the API, or a
-    worker finishing a run), so it goes through app.ports like every other send."""
-    try:
-        ports.cell_queue().enqueue(cells, settings)
-    except Exception as exc:  # broker down: the cells are stored, the reconciler sends them
-        log.warning("confirmation cells %s not sent: %s", [c for c, _ in cells], exc)
-        try:
-            from app.db import session_scope
-
-            with session_scope(settings) as session:
-                session.execute(
-                    update(Cell).where(Cell.id.in_([c for c, _ in cells]),
-                                       Cell.status == "queued").values(enqueued_at=None))
-        except Exception as again:  # the store is down too: the reconciler's deadline
-            log.warning("could not clear their enqueue stamp: %s", again)
+    """Hand committed confirm cells to the executor; never raises (see enqueue_cells)."""
+    after_commit.enqueue_cells(cells, settings, "confirmation")

@@ -40,15 +40,15 @@ import logging
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import event, func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
-from app import ports
-from app.config import Settings, get_settings
+from app.config import Settings
 from app.detection.verdict import VerdictError, judge_results
 from app.models import RUN_TERMINAL, Cell, Regression, Result, Run, Sweep
 from app.schemas import EnvironmentIn
+from app.services import after_commit
 from app.services.common import (
     canonical_environment,
     canonical_hash,
@@ -60,8 +60,7 @@ from benchmarks.stats import Reference, StatsError, log_half_width
 
 log = logging.getLogger(__name__)
 
-PENDING_CELLS = "speedwatch_pending_sweep_cells"
-PENDING_SETTINGS = "speedwatch_pending_sweep_settings"
+PENDING_CELLS = "sweep cells"  # the after-commit key of a bisect's next step
 MAX_REASONS = 50
 # A step's outcome as the verdict of its run.
 OUTCOME_VERDICT = {"good": "pass", "bad": "regression", "inconclusive": "inconclusive",
@@ -111,46 +110,19 @@ def new_run(
     session.add(run)
     session.flush()
     if send_after_commit:
-        session.info.setdefault(PENDING_CELLS, []).extend((c.id, c.queue) for c in run.cells)
-        session.info[PENDING_SETTINGS] = settings
+        after_commit.send_after_commit(session, PENDING_CELLS,
+                                       [(c.id, c.queue) for c in run.cells], _send, settings)
     return run
 
 
 def forget_pending(session: Session) -> None:
-    """Drop sends requested in a transaction (or savepoint) that was rolled back."""
-    session.info.pop(PENDING_CELLS, None)
-    session.info.pop(PENDING_SETTINGS, None)
-
-
-@event.listens_for(Session, "after_commit")
-def _send_after_commit(session: Session) -> None:
-    cells = session.info.pop(PENDING_CELLS, None)
-    settings = session.info.pop(PENDING_SETTINGS, None)
-    if cells:
-        _send(cells, settings or get_settings())
-
-
-@event.listens_for(Session, "after_rollback")
-def _forget_after_rollback(session: Session) -> None:
-    forget_pending(session)
+    """Drop sends requested in a savepoint that was rolled back."""
+    after_commit.forget(session, PENDING_CELLS)
 
 
 def _send(cells: list[tuple[int, str]], settings: Settings) -> None:
-    """Hand a committed step's cells to the executor; never raises. A failed send clears
-    their enqueue stamp, so the reconciler sends them."""
-    try:
-        ports.cell_queue().enqueue(cells, settings)
-    except Exception as exc:  # broker down: the cells are stored, the reconciler sends them
-        log.warning("sweep cells %s not sent: %s", [c for c, _ in cells], exc)
-        try:
-            from app.db import session_scope
-
-            with session_scope(settings) as session:
-                session.execute(
-                    update(Cell).where(Cell.id.in_([c for c, _ in cells]),
-                                       Cell.status == "queued").values(enqueued_at=None))
-        except Exception as again:  # the store is down too: the reconciler's deadline
-            log.warning("could not clear their enqueue stamp: %s", again)
+    """Hand a committed step's cells to the executor; never raises (see enqueue_cells)."""
+    after_commit.enqueue_cells(cells, settings, "sweep")
 
 
 def _cells(session: Session, run_id: int) -> list[tuple[Cell, Result | None]]:

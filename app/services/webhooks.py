@@ -22,16 +22,16 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 import httpx
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from app import ports
 from app.config import Settings, get_settings
 from app.models import Regression, WebhookDelivery
+from app.services import after_commit
 
 log = logging.getLogger(__name__)
 
-PENDING_DELIVERIES = "speedwatch_pending_deliveries"
+PENDING_DELIVERIES = "webhook deliveries"  # the after-commit key of deliveries
 Outcome = Literal["delivered", "retry", "failed", "gone"]
 MAX_ERROR_CHARS = 1000
 
@@ -52,28 +52,12 @@ def record_deliveries(
     session.add_all(rows)
     session.flush()
     ids = [row.id for row in rows]
-    session.info.setdefault(PENDING_DELIVERIES, []).extend(ids)
+    after_commit.send_after_commit(session, PENDING_DELIVERIES, ids, _dispatch_committed)
     return ids
 
 
-@event.listens_for(Session, "after_commit")
-def _send_after_commit(session: Session) -> None:
-    # SQLAlchemy fires after_commit for a SAVEPOINT's release too (judging runs inside
-    # one), when nothing is committed yet: a delivery sent then was read as missing by its
-    # sender. Only the outermost commit sends.
-    if session.in_nested_transaction():
-        return
-    ids = session.info.pop(PENDING_DELIVERIES, None)
-    if ids:
-        dispatch(ids, get_settings())
-
-
-@event.listens_for(Session, "after_rollback")
-def _forget_after_rollback(session: Session) -> None:
-    # A SAVEPOINT rolled back leaves the outer transaction's deliveries to be sent; one
-    # recorded inside it is then sent for a row that is gone, which its sender skips.
-    if not session.in_nested_transaction():
-        session.info.pop(PENDING_DELIVERIES, None)
+def _dispatch_committed(delivery_ids: list[int], settings: Settings) -> None:
+    dispatch(delivery_ids, settings)  # looked up when sent: tests replace `dispatch`
 
 
 def dispatch(delivery_ids: Sequence[int], settings: Settings) -> None:
