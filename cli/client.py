@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 EXIT_PASS = 0
@@ -135,61 +136,78 @@ def _finished_count(progress: dict[str, Any]) -> int:
         int(progress.get("skipped", 0))
 
 
-def wait_for_run(
-    api: Api, run: dict[str, Any], *, timeout_s: float, poll_s: float, quiet: bool = False,
-) -> dict[str, Any]:
-    """Poll until the run finishes, showing cells finished out of total; ClientError on timeout.
+@dataclass(frozen=True)
+class Watched:
+    """How to follow one kind of long-running thing (a run, a sweep) while polling it."""
+
+    label: str  # "run 12", "bisect 3"
+    unit: str  # what the bar counts: "cells", "runs"
+    fetch: Callable[[], dict[str, Any]]  # the thing as the server has it now
+    done: Callable[[dict[str, Any]], int]
+    total: Callable[[dict[str, Any]], int | None]
+    doing: Callable[[dict[str, Any]], str]  # its status, or what it is doing now
+    timed_out: Callable[[dict[str, Any], float], str]  # the error's words
+
+
+def follow(watched: Watched, first: dict[str, Any], *, timeout_s: float, poll_s: float,
+           quiet: bool = False) -> dict[str, Any]:
+    """Poll until it finishes, with a progress bar (a line per change in a CI log).
 
     A few failed polls in a row are tolerated (a server restarting under CI); more are not.
-    """
+    ClientError on timeout."""
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
     deadline = time.monotonic() + timeout_s
     failures = 0
     last_line = ""
-    progress_bar = Progress(
-        TextColumn("run {task.fields[run_id]} [bold]{task.fields[status]}[/]"),
-        BarColumn(), MofNCompleteColumn(), TextColumn("cells"), TimeElapsedColumn(),
-        console=console, disable=quiet,
-    )
-    with progress_bar:
-        p = run.get("progress", {})
-        task = progress_bar.add_task("run", total=p.get("total") or None,
-                                     completed=_finished_count(p), run_id=run["id"],
-                                     status=run["status"])
-        while run["status"] not in FINISHED:
+    current = first
+    bar = Progress(TextColumn(f"{watched.label} " + "[bold]{task.fields[doing]}[/]"),
+                   BarColumn(), MofNCompleteColumn(), TextColumn(watched.unit),
+                   TimeElapsedColumn(), console=console, disable=quiet)
+    with bar:
+        task = bar.add_task(watched.label, total=watched.total(current),
+                            completed=watched.done(current), doing=watched.doing(current))
+        while current["status"] not in FINISHED:
             if time.monotonic() >= deadline:
-                p = run.get("progress", {})
-                raise ClientError(
-                    f"timed out after {timeout_s:g} s waiting for run {run['id']} "
-                    f"(status {run['status']}, {_finished_count(p)}/{p.get('total', '?')} "
-                    "cells finished)"
-                )
+                raise ClientError(watched.timed_out(current, timeout_s))
             time.sleep(poll_s)
             try:
-                run = api.run(int(run["id"]))
+                current = watched.fetch()
                 failures = 0
             except ClientError:
                 failures += 1
                 if failures >= 5:
                     raise
                 continue
-            p = run.get("progress", {})
-            progress_bar.update(task, total=p.get("total") or None,
-                                completed=_finished_count(p), status=run["status"])
-            line = f"run {run['id']} {run['status']}: {_finished_count(p)}/{p.get('total')} cells"
+            done, total, doing = watched.done(current), watched.total(current), \
+                watched.doing(current)
+            bar.update(task, total=total, completed=done, doing=doing)
+            line = f"{watched.label} {doing}: {done}/{total if total else '?'} {watched.unit}"
             if not console.is_terminal and not quiet and line != last_line:
                 console.print(line)  # a CI log gets a line per change instead of a bar
                 last_line = line
-    return run
+    return current
+
+
+def wait_for_run(
+    api: Api, run: dict[str, Any], *, timeout_s: float, poll_s: float, quiet: bool = False,
+) -> dict[str, Any]:
+    """Poll until the run finishes, showing cells finished out of total; ClientError on timeout."""
+    run_id = int(run["id"])
+
+    def timed_out(r: dict[str, Any], after: float) -> str:
+        p = r.get("progress", {})
+        return (f"timed out after {after:g} s waiting for run {run_id} (status {r['status']}, "
+                f"{_finished_count(p)}/{p.get('total', '?')} cells finished)")
+
+    return follow(Watched(
+        label=f"run {run_id}", unit="cells", fetch=lambda: api.run(run_id),
+        done=lambda r: _finished_count(r.get("progress", {})),
+        total=lambda r: r.get("progress", {}).get("total") or None,
+        doing=lambda r: str(r["status"]), timed_out=timed_out,
+    ), run, timeout_s=timeout_s, poll_s=poll_s, quiet=quiet)
 
 
 def print_run(run: dict[str, Any], url: str | None = None) -> None:

@@ -11,12 +11,11 @@ always with a one-line reason on stderr, never a traceback.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import typer
 
-from cli.client import EXIT_ERROR, EXIT_PASS, Api, ClientError
+from cli.client import EXIT_ERROR, EXIT_PASS, Api, ClientError, Watched, follow
 from cli.submit import MatrixOptions, _ints, _split
 
 URL = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000")
@@ -125,13 +124,7 @@ def print_sweep(sweep: dict[str, Any], base: str) -> None:
 def wait_for_sweep(api: Api, sweep: dict[str, Any], *, timeout_s: float,
                    poll_s: float) -> dict[str, Any]:
     """Poll until the sweep ends, showing runs finished (and the step a bisect is on)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    deadline = time.monotonic() + timeout_s
-    failures = 0
-    last_line = ""
+    sweep_id, kind = int(sweep["id"]), str(sweep["kind"])
 
     def finished(s: dict[str, Any]) -> int:
         p = s.get("progress") or {}
@@ -148,36 +141,16 @@ def wait_for_sweep(api: Api, sweep: dict[str, Any], *, timeout_s: float,
         live = [st for st in steps if st.get("outcome") is None]
         if live:
             return f"step {live[-1]['n']}: {', '.join(live[-1]['pins'])}"
-        return s["status"]
+        return str(s["status"])
 
-    bar = Progress(TextColumn(f"{sweep['kind']} {sweep['id']} " + "{task.fields[now]}"),
-                   BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
-                   TimeElapsedColumn(), console=console)
-    with bar:
-        task = bar.add_task("sweep", total=total(sweep), completed=finished(sweep),
-                            now=now_doing(sweep))
-        while sweep["status"] not in FINISHED:
-            if time.monotonic() >= deadline:
-                raise ClientError(f"timed out after {timeout_s:g} s waiting for "
-                                  f"{sweep['kind']} {sweep['id']} ({finished(sweep)} runs "
-                                  "finished); it goes on: speedwatch cancel "
-                                  f"{sweep['id']} stops it")
-            time.sleep(poll_s)
-            try:
-                sweep = api.get_sweep(int(sweep["id"]))
-                failures = 0
-            except ClientError:
-                failures += 1
-                if failures >= 5:
-                    raise
-                continue
-            bar.update(task, total=total(sweep), completed=finished(sweep),
-                       now=now_doing(sweep))
-            line = f"{sweep['kind']} {sweep['id']} {now_doing(sweep)}: {finished(sweep)} runs"
-            if not console.is_terminal and line != last_line:
-                console.print(line)
-                last_line = line
-    return sweep
+    def timed_out(s: dict[str, Any], after: float) -> str:
+        return (f"timed out after {after:g} s waiting for {kind} {sweep_id} ({finished(s)} "
+                f"runs finished); it goes on: speedwatch cancel {sweep_id} stops it")
+
+    return follow(Watched(label=f"{kind} {sweep_id}", unit="runs",
+                          fetch=lambda: api.get_sweep(sweep_id), done=finished, total=total,
+                          doing=now_doing, timed_out=timed_out),
+                  sweep, timeout_s=timeout_s, poll_s=poll_s)
 
 
 def _follow(api: Api, sweep: dict[str, Any], wait: bool, timeout: float,
