@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,14 +15,13 @@ from app.main import create_app
 # The fault tests' service-process fixtures (real API and worker processes, a private
 # queue, a CI token), for end-to-end tests that need the same.
 from tests.faults.conftest import base_env, procs, queue, token  # noqa: F401
+from tests.faults.infra import free_port
 
 
 @pytest.fixture
 def api_url(settings: Settings) -> Iterator[str]:
     """The real app on a real socket (executor "none": runs are recorded, not measured)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from app.config import Settings
 from app.db import session_scope
 from app.models import Cell, Result, Run
 from app.services.tokens import create_token
+from tests.faults.infra import free_port
 from tests.workers.helpers import TINY_TIMING, inject_fault, new_run, reload_run
 from workers.dispatch import enqueue_cells
 
@@ -34,12 +34,6 @@ pytestmark = pytest.mark.slow
 
 BROKER = "redis://127.0.0.1:6379/0"
 RUN_TIMEOUT_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Stack:
@@ -77,7 +71,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     queue = f"cpu-e2e-{secrets.token_hex(4)}"
-    port = _free_port()
+    port = free_port()
     logs = tmp_path_factory.mktemp("e2e-logs")
     env = {
         **os.environ,

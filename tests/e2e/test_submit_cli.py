@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import secrets
-import socket
 import subprocess
 import sys
 
 from cli.client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, exit_code_for
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.faults.infra import free_port
 
 
 def _submit(*args: str) -> subprocess.CompletedProcess[str]:
@@ -35,7 +29,7 @@ def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_a_server_that_cannot_be_reached_is_exit_2_with_one_line() -> None:
-    proc = _submit(*_basic(f"http://127.0.0.1:{_free_port()}", "t0ken"))
+    proc = _submit(*_basic(f"http://127.0.0.1:{free_port()}", "t0ken"))
     assert proc.returncode == EXIT_ERROR
     assert "cannot reach" in _one_line_error(proc)
 

@@ -7,7 +7,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from app.db import session_scope
 from app.main import create_app
 from app.services.tokens import create_token, hash_token, revoke_token
 from tests.app.factories import bearer, bench_result, ingest_body, run_request
+from tests.faults.infra import free_port
 
 
 def _tokens(settings: Settings) -> dict[str, str]:
@@ -81,9 +81,7 @@ def test_api_loggers_never_see_a_token(
 def test_serve_access_log_never_shows_a_token(settings: Settings) -> None:
     """`speedwatch serve` as deployed (uvicorn, access log at info) on a real socket."""
     tokens = _tokens(settings)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "cli", "serve", "--port", str(port), "--no-migrate"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),

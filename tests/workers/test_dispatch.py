@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import secrets
-import socket
 import time
 
 import pytest
 import redis
 
 from app.config import Settings
+from tests.faults.infra import free_port
 from workers.dispatch import DispatchError, enqueue_cells
 
 
@@ -41,9 +41,7 @@ def test_a_queue_that_is_not_configured_is_refused_with_its_name() -> None:
 
 
 def test_a_broker_that_is_down_is_an_error_within_seconds_not_a_hang() -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     started = time.monotonic()
     with pytest.raises(DispatchError, match="broker unavailable"):
         enqueue_cells([(1, "cpu")], _celery_settings("cpu", f"redis://127.0.0.1:{port}/0"))

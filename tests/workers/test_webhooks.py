@@ -4,7 +4,6 @@ attempt logged, a receiver that is down ends failed, payloads in both shapes."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 
@@ -18,6 +17,7 @@ from app.models import WebhookDelivery
 from app.services.webhooks import deliver_with_retries
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer
+from tests.faults.infra import free_port
 from tests.receiver import Receiver
 from workers.tasks import deliver_webhook
 
@@ -28,10 +28,7 @@ def _empty_tables(clean_db: None) -> None:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/hook"
+    return f"http://127.0.0.1:{free_port()}/hook"
 
 
 def hooked(monkeypatch: pytest.MonkeyPatch, hooks: list[dict[str, str]],
