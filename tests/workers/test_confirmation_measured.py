@@ -22,6 +22,7 @@ from app.db import session_scope
 from app.models import Regression, Result, Run
 from app.schemas import RunCreate
 from app.services.runs import submit_run
+from workers import dispatch
 from workers.local import get_local_executor
 
 # Two processes per triggered cell, no adaptive additions: this test is about confirming.
@@ -62,6 +63,7 @@ def test_a_real_drop_between_environments_is_confirmed_by_an_interleaved_re_meas
     # made eager's rounds swing 5x (CI of the ratio -91% to +41%); with one the speedup's
     # CI is about +-8% (measured with run_isolated on this spec, load average 3.3).
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    dispatch.install()  # the executor a worker process wires (run alone, nothing else did)
     slow = tmp_path / "slow-python"
     slow.write_text("#!/bin/sh\nSPEEDWATCH_ALLOW_FAULTS=1 SPEEDWATCH_FAULT_SLOW_CANDIDATE=1.0 "
                     f'exec {sys.executable} "$@"\n')
