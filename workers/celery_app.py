@@ -69,12 +69,21 @@ def transport_options(settings: Settings) -> dict[str, int]:
     visibility timeout. kombu's default sweep runs about every 100 s; here it runs every
     quarter of the timeout (1 to 60 s), so a message of a dead worker waits little longer
     than the timeout itself.
+
+    The sweep holds a Redis lock that kombu lets expire after 300 s: a worker killed while
+    holding it (the sweep runs every few seconds) stopped every other worker's sweep for
+    five minutes, so the dead worker's cell waited that long (seen once in the fault test of
+    a SIGKILLed worker: its cell did not reach the second worker within 120 s). The lock
+    now lasts as long as one interval, at least 10 s; a sweep of a few messages takes
+    milliseconds.
     """
     timeout = visibility_timeout(settings)
+    interval = max(1, min(60, timeout // 4))
     return {
         "visibility_timeout": timeout,
-        "unacked_restore_interval": max(1, min(60, timeout // 4)),
+        "unacked_restore_interval": interval,
         "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": max(10, interval),
     }
 
 

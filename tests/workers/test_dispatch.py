@@ -74,3 +74,19 @@ def test_a_runs_cells_on_one_queue_travel_as_one_group_with_limits_for_all_of_th
     finally:
         client.delete(queue, other)
         client.close()
+
+
+@pytest.mark.parametrize("visibility", [10, 3600])
+def test_a_worker_killed_mid_sweep_blocks_the_others_sweeps_one_interval_not_five_minutes(
+        visibility: int) -> None:
+    """kombu's sweep for dead workers' messages takes a Redis lock (300 s by default)."""
+    from workers.celery_app import make_celery
+
+    settings = _celery_settings("cpu").model_copy(
+        update={"broker_visibility_timeout_seconds": visibility})
+    with make_celery(settings).connection_for_write() as connection:
+        channel = connection.default_channel  # the real Redis channel a worker would use
+        interval = channel.unacked_restore_interval
+        assert channel.visibility_timeout == visibility
+        assert interval == max(1, min(60, visibility // 4))
+        assert channel.unacked_mutex_expire == max(10, interval) < 300
