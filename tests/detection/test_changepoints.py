@@ -113,8 +113,14 @@ def test_series_too_short_for_two_segments_give_nothing() -> None:
     short = [2.0] * 3 + [1.0] * 2  # min_segment 3 on each side
     assert detect_change_points(short) == []
     assert detect_change_points(short, **within(short, 0.001)) == []
-    [cp] = detect_change_points([2.0, 2.01, 1.99, 1.5, 1.51, 1.49])
+    six = [2.0, 2.01, 1.99, 1.5, 1.51, 1.49]
+    # Points with intervals of their own: 3 on each side are enough.
+    [cp] = detect_change_points(six, **within(six, 0.005))
     assert cp.index == 3
+    # From the values alone the scatter comes from the very points tested: 4 on each side.
+    assert detect_change_points(six) == []
+    [cp] = detect_change_points([2.0, 2.01, 1.99, 2.0, 1.5, 1.51, 1.49, 1.5])
+    assert cp.index == 4
 
 
 def test_heavy_noise_hides_a_small_step_rather_than_inventing_changes() -> None:
