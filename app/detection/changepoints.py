@@ -14,9 +14,11 @@ with CUDA graphs is often known to +-0.1%, a CPU cell to +-3%. The noise model o
   another day, a clock state), from first differences (`noise_scale`); phi <= 1: how much of
   the intervals the differences show where they show less (the product's Student-t
   intervals from few processes are about twice 1.96 standard errors), pooled with 1.
-- scale: the residuals' dispersion around the segments, pooled with 1; inflation:
-  (1 + rho) / (1 - rho) for a significant lag-1 autocorrelation rho of the residuals
-  (consecutive runs sharing a machine's state make a segment's mean vary more).
+- scale: the residuals' dispersion around the segments the search proposed (every
+  candidate: around fewer, a change not yet confirmed would count as scatter), pooled with
+  1; inflation: (1 + rho) / (1 - rho) for a significant lag-1 autocorrelation rho of the
+  residuals (consecutive runs sharing a machine's state make a segment's mean vary more),
+  re-estimated as candidates fail, the larger kept.
 
 Method, and why each part is there (docs/detection.md has the measured comparison):
 
@@ -36,9 +38,14 @@ Method, and why each part is there (docs/detection.md has the measured compariso
    number of split points the search could have chosen there (Bonferroni: the split was picked
    where the data jump most) must reach `max_p_value`; a drift guard (the step must also stand
    on top of a local linear trend, at `max_step_given_trend_p`, so a slow drift is not a
-   change point while a step on a drift still is); and a minimum relative effect. Candidates
-   that fail are removed weakest first and their neighbours re-tested on the merged segments;
-   the noise is re-estimated on the segments left until they no longer change.
+   change point while a step on a drift still is; with intervals a step also passes it
+   where it fits better than a ramp by `min_jump_over_ramp`); and a minimum relative effect.
+   Candidates that fail are removed weakest first and their neighbours re-tested on the
+   merged segments; the autocorrelation is re-estimated on the segments left (the larger
+   inflation kept) until they no longer change.
+
+Where no point has an interval, the same method runs with `DetectorSettings.without_intervals`:
+4 points a side, a stricter drift guard, no jump-over-ramp way through it.
 
 Every change point reports its size, its 95% interval and the test that confirmed it.
 Pure functions on plain numbers: no service imports.
