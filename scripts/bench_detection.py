@@ -11,8 +11,8 @@ Detectors, each run on the very same series in one process:
   point's 95% interval (ci_low/ci_high), as the service calls it for stored results.
 - speedwatch-values: the same function on the values alone, as for ingested series without
   samples (and `speedwatch detect` without ci_low/ci_high).
-- today: the detector before this round (app/detection/changepoints.py at --today, by default
-  the merge-base of HEAD and main, loaded from git), values alone.
+- today: the detector before issue 16 (app/detection/changepoints.py at --today, by default
+  24f2479, the commit before its first round; loaded from git), values alone.
 - otava: Apache Otava's `compute_change_points` with its defaults (window 50, max p-value
   0.001, min magnitude 0), i.e. what `otava analyze` does with no options.
 - zscore: Conbench's lookback z-score rule: each point against the mean and standard
@@ -72,6 +72,8 @@ from app.detection.corpus import (  # noqa: E402
 Detector = Callable[[LabelledSeries], list[Detection]]
 
 SETTINGS = DetectorSettings()
+# The detector before issue 16 (the commit before its first round, 744d1a1).
+TODAY = "24f247960ff97834b324d5d038d94fc879d88006"
 
 
 def _as_detections(found: Sequence[object]) -> list[Detection]:
@@ -398,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--detectors", default="speedwatch,speedwatch-values,today,otava,zscore",
                     help="comma-separated subset")
     ap.add_argument("--today", default=None,
-                    help="git revision of 'today' (default: merge-base of HEAD and main)")
+                    help="git revision of 'today' (default: 24f2479, before issue 16)")
     ap.add_argument("--delay-series", type=int, default=200,
                     help="measure the online delay on the first N series of each corpus")
     ap.add_argument("--no-legacy", action="store_true", help="skip the legacy corpus")
@@ -426,10 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(timing(args.repeats, args.seed)))
         return 0
 
-    ref = args.today
-    if ref is None:
-        ref = subprocess.run(["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
-                             capture_output=True, text=True).stdout.strip() or "main"
+    ref = args.today or TODAY
     detectors: dict[str, Detector] = {}
     for name in args.detectors.split(","):
         if name == "speedwatch":

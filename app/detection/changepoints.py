@@ -14,9 +14,11 @@ with CUDA graphs is often known to +-0.1%, a CPU cell to +-3%. The noise model o
   another day, a clock state), from first differences (`noise_scale`); phi <= 1: how much of
   the intervals the differences show where they show less (the product's Student-t
   intervals from few processes are about twice 1.96 standard errors), pooled with 1.
-- scale: the residuals' dispersion around the segments, pooled with 1; inflation:
-  (1 + rho) / (1 - rho) for a significant lag-1 autocorrelation rho of the residuals
-  (consecutive runs sharing a machine's state make a segment's mean vary more).
+- scale: the residuals' dispersion around the segments the search proposed (every
+  candidate: around fewer, a change not yet confirmed would count as scatter), pooled with
+  1; inflation: (1 + rho) / (1 - rho) for a significant lag-1 autocorrelation rho of the
+  residuals (consecutive runs sharing a machine's state make a segment's mean vary more),
+  re-estimated as candidates fail, the larger kept.
 
 Method, and why each part is there (docs/detection.md has the measured comparison):
 
@@ -36,9 +38,14 @@ Method, and why each part is there (docs/detection.md has the measured compariso
    number of split points the search could have chosen there (Bonferroni: the split was picked
    where the data jump most) must reach `max_p_value`; a drift guard (the step must also stand
    on top of a local linear trend, at `max_step_given_trend_p`, so a slow drift is not a
-   change point while a step on a drift still is); and a minimum relative effect. Candidates
-   that fail are removed weakest first and their neighbours re-tested on the merged segments;
-   the noise is re-estimated on the segments left until they no longer change.
+   change point while a step on a drift still is; with intervals a step also passes it
+   where it fits better than a ramp by `min_jump_over_ramp`); and a minimum relative effect.
+   Candidates that fail are removed weakest first and their neighbours re-tested on the
+   merged segments; the autocorrelation is re-estimated on the segments left (the larger
+   inflation kept) until they no longer change.
+
+Where no point has an interval, the same method runs with `DetectorSettings.without_intervals`:
+4 points a side, a stricter drift guard, no jump-over-ramp way through it.
 
 Every change point reports its size, its 95% interval and the test that confirmed it.
 Pure functions on plain numbers: no service imports.
@@ -46,6 +53,7 @@ Pure functions on plain numbers: no service imports.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,6 +91,10 @@ class DetectorSettings:
 
     min_segment: int = 3
     """Fewest points on each side of a change: one or two outliers are never a change."""
+    min_segment_without_intervals: int = 4
+    """Fewest points on each side of a change where no point has an interval of its own:
+    the scatter is then estimated from the very points tested, and three heavy-tailed
+    points in a row pass for a segment too often."""
     min_relative_change: float = 0.01
     """Smallest |after/before - 1| reported; smaller real shifts are not worth an alarm."""
     max_p_value: float = 0.001
@@ -97,6 +109,15 @@ class DetectorSettings:
     drift_guard: bool = True
     max_step_given_trend_p: float = 0.2
     """Drift guard: p-value (times the split points) of the step on top of a linear trend."""
+    max_step_given_trend_p_without_intervals: float = 0.02
+    """The drift guard where no point has an interval of its own (and no way through it by
+    `min_jump_over_ramp`): a scatter estimated from the points tested leaves a slow drift
+    in heavy noise looking like a step too often."""
+    min_jump_over_ramp: float = 6.0
+    """Drift guard, the other way through: a step passes it where it fits its two segments
+    better than a linear ramp does by this much (weighted residual sum of squares, in
+    chi-square units): a jump, not a drift, even where a trend beside it cannot be ruled
+    out. `math.inf` turns it off."""
     autocorrelation: bool = True
     """Inflate variances for the residuals' lag-1 autocorrelation where it is significant."""
     autocorrelation_p: float = 0.05
@@ -109,12 +130,27 @@ class DetectorSettings:
     """Degrees of freedom of the series' typical point variance when it is pooled with each
     point's own (see `moderated_variances`); 0 trusts every interval as it is."""
 
+    def without_intervals(self) -> DetectorSettings:
+        """The settings for a series of which no point has its own interval."""
+        return dataclasses.replace(
+            self, min_segment=max(self.min_segment, self.min_segment_without_intervals),
+            min_jump_over_ramp=math.inf,
+            max_step_given_trend_p=min(self.max_step_given_trend_p,
+                                       self.max_step_given_trend_p_without_intervals))
+
     def check(self) -> DetectorSettings:
         if self.min_segment < 2:
             raise SeriesError(f"min_segment: {self.min_segment} must be at least 2")
         if not 0 <= self.min_relative_change < 1:
             raise SeriesError(f"min_relative_change: {self.min_relative_change} not in [0, 1)")
-        for name in ("max_p_value", "max_step_given_trend_p"):
+        if self.min_segment_without_intervals < 2:
+            raise SeriesError(f"min_segment_without_intervals: "
+                              f"{self.min_segment_without_intervals} must be at least 2")
+        if not self.min_jump_over_ramp >= 0:
+            raise SeriesError(f"min_jump_over_ramp: {self.min_jump_over_ramp} must be at "
+                              "least 0")
+        for name in ("max_p_value", "max_step_given_trend_p",
+                     "max_step_given_trend_p_without_intervals"):
             p = getattr(self, name)
             if not 0 < p <= 1:
                 raise SeriesError(f"{name}: {p} not in (0, 1]")
@@ -525,18 +561,38 @@ def _relative(before: float, after: float) -> float:
     return 0.0 if after == 0.0 else math.copysign(1.0, after)
 
 
-def _step_given_trend_z(y: FloatArray, w: FloatArray, split: int) -> float:
-    """Weighted least squares z of the step in y ~ level + trend + step (known variances)."""
+def _step_against_trend(y: FloatArray, w: FloatArray, split: int) -> tuple[float, float]:
+    """Two views of a step at `split` against a local linear trend (known variances):
+
+    - the step's z in y ~ level + trend + step (does the step stand on top of a trend?);
+    - how much better the step alone fits than the trend alone: the weighted residual sum
+      of squares of y ~ level + trend minus that of y ~ level + step, in chi-square units
+      (positive where the data look more like a jump than a ramp).
+    """
     length = y.size
     t = (np.arange(length) - (length - 1) / 2) / length
-    design = np.column_stack([np.ones(length), t, (np.arange(length) >= split) * 1.0])
+    step = (np.arange(length) >= split) * 1.0
+    design = np.column_stack([np.ones(length), t, step])
     xtw = design.T * w
+    gram = xtw @ design
+    xty = xtw @ y
+    yy = float(np.sum(w * y * y))
+
+    def rss(cols: list[int]) -> float:
+        g = gram[np.ix_(cols, cols)]
+        b = xty[cols]
+        try:
+            return yy - float(b @ np.linalg.solve(g, b))
+        except np.linalg.LinAlgError:
+            return yy
+
     try:
-        cov = np.linalg.inv(xtw @ design)
+        cov = np.linalg.inv(gram)
     except np.linalg.LinAlgError:
-        return 0.0
-    beta = cov @ (xtw @ y)
-    return float(beta[2] / math.sqrt(cov[2, 2])) if cov[2, 2] > 0 else 0.0
+        return 0.0, 0.0
+    beta = cov @ xty
+    z = float(beta[2] / math.sqrt(cov[2, 2])) if cov[2, 2] > 0 else 0.0
+    return z, rss([0, 1]) - rss([0, 2])
 
 
 def _two_sided_t(z: float, dof: float) -> float:
@@ -595,9 +651,10 @@ def _evaluate(fit: _Fit, lo: int, index: int, hi: int, settings: DetectorSetting
     passed = p <= settings.max_p_value and abs(rel) >= settings.min_relative_change
     trend_p = 0.0  # not needed unless the step passed the rest
     if passed and settings.drift_guard and hi - lo > 3:
-        zt = _step_given_trend_z(fit.y[lo:hi], fit.w[lo:hi], index - lo)
+        zt, jump_over_ramp = _step_against_trend(fit.y[lo:hi], fit.w[lo:hi], index - lo)
         trend_p = min(1.0, _two_sided_t(zt, dof) * splits)
-        passed = trend_p <= settings.max_step_given_trend_p
+        passed = (trend_p <= settings.max_step_given_trend_p
+                  or jump_over_ramp >= settings.min_jump_over_ramp)
     return _Candidate(index, before, after, rel, ci[0], ci[1], p, trend_p, passed)
 
 
@@ -680,6 +737,11 @@ def detect_change_points(
     s2 = moderated_variances(point_variances(raw, ci_low, ci_high, log_scale=log_scale),
                              settings.interval_prior_dof)
     with_intervals = bool(np.any(s2 > 0))
+    if not with_intervals:
+        settings = settings.without_intervals()
+        m = settings.min_segment
+        if n < 2 * m:
+            return []
     tau = noise_scale(x, s2)
     if tau == 0.0 and not np.all(s2 > 0):
         tau = _mean_abs_difference_scale(x)  # points with no spread of their own
@@ -695,13 +757,23 @@ def detect_change_points(
         return []
     base = phi0 * s2 + floor
     own_share = float(np.mean(s2 / base))
+    # The noise's dispersion from the residuals around the search's segmentation, which has
+    # every candidate: around fewer segments a change not (yet) confirmed would count as
+    # scatter, and the next candidate would be judged against it (a 3% step missed makes the
+    # 2% step beside it look like noise). Over-segmenting costs degrees of freedom, counted.
+    # The autocorrelation is the exception: cutting a wandering series into candidate
+    # segments hides it, so where candidates fail it is re-estimated on the segments left,
+    # and the larger inflation kept.
+    noise = _noise_given(xc, base, cps, settings, own_share)
     cands: list[_Candidate] = []
     for _ in range(10):
-        noise = _noise_given(xc, base, cps, settings, own_share)
         kept, cands = _confirm(xc, base, cps, noise, settings, log_scale)
         if kept == cps or not kept:
             break
         cps = kept
+        again = _noise_given(xc, base, cps, settings, own_share)
+        noise = dataclasses.replace(noise, inflation=max(noise.inflation, again.inflation),
+                                    dof=min(noise.dof, again.dof))
     test = TEST_WITH_INTERVALS if with_intervals else TEST_SCATTER_ONLY
     out = []
     for c in cands:

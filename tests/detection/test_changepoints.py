@@ -3,6 +3,8 @@ point's own 95% interval changes about it."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -113,8 +115,14 @@ def test_series_too_short_for_two_segments_give_nothing() -> None:
     short = [2.0] * 3 + [1.0] * 2  # min_segment 3 on each side
     assert detect_change_points(short) == []
     assert detect_change_points(short, **within(short, 0.001)) == []
-    [cp] = detect_change_points([2.0, 2.01, 1.99, 1.5, 1.51, 1.49])
+    six = [2.0, 2.01, 1.99, 1.5, 1.51, 1.49]
+    # Points with intervals of their own: 3 on each side are enough.
+    [cp] = detect_change_points(six, **within(six, 0.005))
     assert cp.index == 3
+    # From the values alone the scatter comes from the very points tested: 4 on each side.
+    assert detect_change_points(six) == []
+    [cp] = detect_change_points([2.0, 2.01, 1.99, 2.0, 1.5, 1.51, 1.49, 1.5])
+    assert cp.index == 4
 
 
 def test_heavy_noise_hides_a_small_step_rather_than_inventing_changes() -> None:
@@ -260,3 +268,75 @@ def test_consecutive_runs_sharing_a_machine_state_are_rarely_a_change() -> None:
             e[i] = 0.6 * e[i - 1] + 0.8 * z[i]
         flagged += bool(detect_change_points(list(2.0 * (1 + 0.01 * e))))
     assert flagged <= 8
+
+
+# ---- points measured like a CPU cell (+-2-5% each) ------------------------------------------
+
+def cpu_like(seed: int, levels: list[float], length: int, half: float,
+             scatter: float) -> tuple[list[float], dict[str, list[float]]]:
+    """Points measured as the product measures a CPU cell: 3 processes each, the 95% interval
+    t(2) * s / sqrt(3) with s the processes' own standard deviation (so about twice 1.96
+    standard errors, and itself noisy), plus run-to-run `scatter` no interval shows."""
+    rng = np.random.default_rng(seed)
+    level = np.repeat(levels, length)
+    t2 = 4.302652729911275  # t(2) 97.5% quantile
+    sd = half * math.sqrt(3) / t2
+    s = sd * np.sqrt(rng.chisquare(2, level.size) / 2)
+    values = level * np.exp(sd / math.sqrt(3) * rng.standard_normal(level.size)
+                            + scatter * rng.standard_normal(level.size))
+    log_half = t2 * s / math.sqrt(3)
+    return list(values), {"ci_low": list(values * np.exp(-log_half)),
+                          "ci_high": list(values * np.exp(log_half))}
+
+
+def test_a_2_percent_step_among_plus_minus_3_percent_points_is_found_given_enough_of_them(
+) -> None:
+    """A 3% drop, then a 2% rise, 40 runs apart, each run +-3% (1% scatter beside): a 40-run
+    mean is known to about 0.2%. The 2% step is not mistaken for scatter left over by the
+    3% one, and each change says how big it is, how sure, and which test found it."""
+    values, bounds = cpu_like(0, [2.0, 1.94, 1.94 * 1.02], 40, half=0.03, scatter=0.01)
+    found = detect_change_points(values, **bounds)
+    assert [c.direction for c in found] == ["regression", "improvement"]
+    assert abs(found[0].index - 40) <= 2 and abs(found[1].index - 80) <= 2
+    rise = found[1]
+    assert rise.ci_low is not None and rise.ci_high is not None
+    assert 0 < rise.ci_low < 0.02 < rise.ci_high
+    assert rise.test == TEST_WITH_INTERVALS
+    explained = rise.to_dict(explain=True)
+    assert set(explained) >= {"relative_change", "relative_change_ci_low",
+                              "relative_change_ci_high", "test", "p_value"}
+
+
+def test_the_same_2_percent_step_on_a_few_plus_minus_5_percent_points_is_not_flagged() -> None:
+    """Five runs each side, each +-5%: a 2% step there is within what such points scatter."""
+    for seed in range(20):
+        values, bounds = cpu_like(seed, [2.0, 1.96], 5, half=0.05, scatter=0.0)
+        assert detect_change_points(values, **bounds) == []
+
+
+def test_from_the_values_alone_three_low_runs_are_not_a_dip_but_measured_points_are() -> None:
+    """Three runs 4% low amid runs wiggling by 0.5%. Without intervals the scatter comes
+    from the very points tested, and three in a row of heavy-tailed noise look like that:
+    a change needs 4 runs on each side. Runs measured to +-0.2% make it a regression and
+    its fix. (Six low runs are found from the values too; a dip of exactly four is not,
+    here: the search does not propose both its edges.)"""
+    series = noisy(2.0, 40)
+    for i in range(18, 21):
+        series[i] *= 0.96
+    alone = detect_change_points(series)
+    assert alone == []
+    measured = detect_change_points(series, **within(series, 0.002))
+    assert [(c.index, c.direction) for c in measured] == [(18, "regression"),
+                                                           (21, "improvement")]
+    six = noisy(2.0, 40)  # six low runs are a dip from the values alone too
+    for i in range(18, 24):
+        six[i] *= 0.96
+    assert [(c.index, c.direction, c.test) for c in detect_change_points(six)] == [
+        (18, "regression", TEST_SCATTER_ONLY), (24, "improvement", TEST_SCATTER_ONLY)]
+
+
+def test_without_intervals_the_settings_are_the_stricter_ones() -> None:
+    s = DetectorSettings().without_intervals()
+    assert s.min_segment == 4
+    assert s.max_step_given_trend_p == DetectorSettings().max_step_given_trend_p_without_intervals
+    assert s.min_jump_over_ramp == math.inf
