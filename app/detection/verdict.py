@@ -407,14 +407,21 @@ def measurement_notes(result: BenchResult) -> list[str]:
     return notes
 
 
+NOTHING_MEASURED = "no cell was measured (every cell was skipped): nothing to judge"
+
+
 def combine(cells: Mapping[str, CellVerdict]) -> RunVerdict:
     """Run verdict: regression if any cell regressed, else error if any failed, else
-    inconclusive if any cell is undecided, else pass.
+    inconclusive if any cell is undecided, else pass. A run with no judged cell (every cell
+    skipped: the backend is not installed, the model does not export) is inconclusive, not
+    a pass: CI must not go green on a run that measured nothing.
 
     Reasons are every cell's, each prefixed with its cell's label: the cells that are not
     ok first (they decide the verdict), then the others, so even a pass says what it rests
     on (no baseline yet, no change beyond the threshold, a timing fallback).
     """
+    if not cells:
+        return RunVerdict("inconclusive", (NOTHING_MEASURED,))
     bad = {label: v for label, v in cells.items() if not v.ok}
     good = {label: v for label, v in cells.items() if v.ok}
     reasons = tuple(f"{label}: {r}" for group in (bad, good)

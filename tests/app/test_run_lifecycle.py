@@ -111,6 +111,22 @@ def test_an_accuracy_failure_is_a_regression_and_a_skip_only_a_note(
     assert run_service.finish_run_if_complete(session, run.id) is False
 
 
+def test_a_run_whose_every_cell_was_skipped_is_inconclusive_not_a_pass(
+    session: Session, settings: Settings
+) -> None:
+    """CI must not go green on a run that measured nothing (say, a backend not installed)."""
+    run = new_run(session, settings)
+    for cell in run.cells:
+        spec = run_service.claim_cell(session, cell.id)
+        assert spec is not None
+        run_service.record_result(session, cell.id, bench_result(spec, status="skipped"))
+    assert run_service.finish_run_if_complete(session, run.id) is True
+    assert (run.status, run.verdict) == ("done", "inconclusive")
+    assert run.reasons[0].startswith("no cell was measured")
+    assert all("skipped: backend unavailable" in r for r in run.reasons[1:])
+    assert len(run.reasons) == 1 + len(run.cells)
+
+
 def test_last_two_cells_landing_together_finish_the_run_exactly_once(
     session: Session, settings: Settings
 ) -> None:

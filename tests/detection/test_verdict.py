@@ -188,6 +188,8 @@ def test_run_verdict_regression_wins_over_error_and_reasons_name_cells() -> None
     assert combine({"a": ok, "d": unsure}).verdict == "inconclusive"
     assert combine({"a": ok}).verdict == "pass"
     assert combine({"a": ok}).reasons == ("a: fine",)
+    # nothing judged (every cell skipped) is no pass
+    assert combine({}).verdict == "inconclusive"
 
 
 def test_unpaired_rounds_are_refused() -> None:
