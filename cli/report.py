@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import typer
 
+from cli import project_file
 from cli.client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, Api, ClientError
 
 VERDICT_WORDS = {"pass": "pass", "regression": "**REGRESSION**", "inconclusive": "inconclusive",
@@ -174,15 +175,29 @@ def _latest_finished(api: Api, project: str, revision: str) -> dict[str, Any]:
 
 
 def report(
-    url: str = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000"),
+    url: str | None = typer.Option(None, envvar="SPEEDWATCH_URL",
+                                   help="Server, e.g. http://host:8000 (or `url` in the "
+                                   "project file)."),
     token: str | None = typer.Option(None, envvar="SPEEDWATCH_TOKEN",
                                      help="Token with the read scope (if reads are private)."),
-    project: str = typer.Option(..., help="Project name."),
+    project: str | None = typer.Option(None, help="Project name (or `project` in the project "
+                                       "file)."),
     base: str = typer.Option(..., help="Revision to compare against (its latest finished run)."),
     head: str = typer.Option(..., help="Revision to judge (its latest finished run)."),
     summary: Path | None = typer.Option(None, help="Append the Markdown table to this file."),
+    config: Path | None = typer.Option(
+        None, "--config", help="Project file (default: speedwatch.toml, or [tool.speedwatch] "
+        "in pyproject.toml, as `submit` finds it); flags override it."),
 ) -> None:
     """Compare two revisions' latest finished runs series by series (Markdown on stdout)."""
+    try:  # the same project file `submit` reads, so a CI step needs only --base and --head
+        pf = project_file.load(config)
+        url = project_file.required(pf.pick("url", url), "--url", "url", "SPEEDWATCH_URL")
+        project = project_file.required(pf.pick("project", project), "--project", "project")
+    except project_file.ProjectFileError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_ERROR) from None
+    assert url is not None and project is not None
     api = Api(url, token)
     try:
         base_run = _latest_finished(api, project, base)

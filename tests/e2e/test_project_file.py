@@ -241,3 +241,33 @@ def test_thresholds_in_the_file_are_applied_by_an_admin_and_submit_warns_until_t
 
     third = _submit(tmp_path, ci_token, "--revision", "r3")
     assert third.returncode == EXIT_PASS and "warning" not in third.stderr, third.stderr
+
+
+def test_report_reads_the_same_project_file_so_a_ci_step_needs_only_the_revisions(
+    tmp_path: Path, api_url: str, ci_token: str
+) -> None:
+    project = f"pf-{secrets.token_hex(3)}"
+    _write(tmp_path, FILE.format(project=project, url=api_url))
+    clean = {k: v for k, v in os.environ.items() if k != "SPEEDWATCH_URL"}
+
+    def report(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "cli", "report", "--base", "old",
+                               "--head", "new", *args], cwd=cwd,
+                              env={**clean, "SPEEDWATCH_TOKEN": ci_token},
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    # the file's server was asked about the file's project (which has no such runs)
+    proc = report(tmp_path)
+    assert proc.returncode == EXIT_ERROR
+    assert proc.stderr == (f"error: --base/--head: no finished run of revision 'old' in "
+                           f"project '{project}'\n")
+    # a flag overrides the file
+    proc = report(tmp_path, "--project", "flagged")
+    assert "in project 'flagged'" in proc.stderr
+    # no file, no flag: one line naming every way to give it
+    bare = tmp_path / "bare"
+    (bare / ".git").mkdir(parents=True)  # a repository of its own: nothing looked for above
+    proc = report(bare, "--url", api_url)
+    assert proc.returncode == EXIT_ERROR
+    assert proc.stderr == ("error: --project: not given (pass --project, or put `project` in "
+                           "speedwatch.toml)\n")
