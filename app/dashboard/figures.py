@@ -115,6 +115,17 @@ def _colour(label: str, index: int) -> str:
     return WEIGHT_COLOURS.get(label, FALLBACK_COLOURS[index % len(FALLBACK_COLOURS)])
 
 
+def weight_colour(weights: str) -> str:
+    """The one colour of a weight representation on every chart and sparkline."""
+    return WEIGHT_COLOURS.get(
+        weights, FALLBACK_COLOURS[sum(map(ord, weights)) % len(FALLBACK_COLOURS)])
+
+
+# How a dot's status shows now that its colour is its weight representation's.
+STATUS_SYMBOLS = {"regression": "x", "open": "x", "acknowledged": "diamond",
+                  "inconclusive": "diamond"}
+
+
 def _rgba(hex_colour: str, alpha: float) -> str:
     r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
@@ -258,43 +269,52 @@ def latency_figure(traces: Sequence[SeriesTrace]) -> Chart:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A labelled speedup with its CI and a status colour (overview, run and compare)."""
+    """A labelled speedup with its CI, status and weight representation (overview, run)."""
 
     label: str
     speedup: float
     ci_low: float
     ci_high: float
     status: str  # "ok" | "regression" | "acknowledged" ...
+    weights: str = "constant"
 
 
 def estimates_figure(estimates: Sequence[Estimate], *, empty_reason: str) -> Chart:
-    """Latest speedups as dots with CI whiskers, one row per label; 1x marked."""
+    """Latest speedups as dots with CI whiskers, one row per label; 1x marked. A dot's colour
+    is its weight representation's (one legend entry each), its symbol its status."""
     if not estimates:
         return Chart(None, empty_reason)
-    colours = [REGRESSION_COLOUR if e.status in ("regression", "open") else
-               "#e67e22" if e.status in ("acknowledged", "inconclusive") else "#1f77b4"
-               for e in estimates]
-    data = [{
-        "type": "scatter", "mode": "markers", "orientation": "h",
-        "y": [plotly_text(e.label) for e in estimates], "x": [e.speedup for e in estimates],
-        "error_x": {"type": "data", "symmetric": False,
-                    "array": [e.ci_high - e.speedup for e in estimates],
-                    "arrayminus": [e.speedup - e.ci_low for e in estimates],
-                    "color": "#555555", "thickness": 1.2},
-        "marker": {"size": 9, "color": colours},
-        "customdata": [[e.ci_low, e.ci_high, e.status] for e in estimates],
-        "hovertemplate": ("%{y}<br>speedup %{x:.3f}x (CI %{customdata[0]:.3f}-"
-                          "%{customdata[1]:.3f})<br>%{customdata[2]}<extra></extra>"),
-        "showlegend": False,
-    }]
+    data: list[Figure] = []
+    for weights in dict.fromkeys(e.weights for e in estimates):
+        mine = [e for e in estimates if e.weights == weights]
+        colour = weight_colour(weights)
+        data.append({
+            "type": "scatter", "mode": "markers", "orientation": "h",
+            "name": f"weights {plotly_text(weights)}", "legendgroup": weights,
+            "y": [plotly_text(e.label) for e in mine], "x": [e.speedup for e in mine],
+            "error_x": {"type": "data", "symmetric": False,
+                        "array": [e.ci_high - e.speedup for e in mine],
+                        "arrayminus": [e.speedup - e.ci_low for e in mine],
+                        "color": colour, "thickness": 1.2},
+            "marker": {"size": 10, "color": colour,
+                       "symbol": [STATUS_SYMBOLS.get(e.status, "circle") for e in mine],
+                       "line": {"width": 1.5, "color": colour}},
+            "customdata": [[e.ci_low, e.ci_high, e.status] for e in mine],
+            "hovertemplate": ("%{y}<br>speedup %{x:.3f}x (CI %{customdata[0]:.3f}-"
+                              "%{customdata[1]:.3f})<br>%{customdata[2]}<extra></extra>"),
+        })
     layout = _layout(
         xaxis={"title": {"text": "speedup over eager (x), 95% CI"}, "gridcolor": "#eeeeee",
                "rangemode": "tozero"},
-        yaxis={"automargin": True, "autorange": "reversed", "type": "category"},
+        yaxis={"automargin": True, "autorange": "reversed", "type": "category",
+               "categoryorder": "array",
+               "categoryarray": [plotly_text(e.label) for e in estimates]},
         shapes=[{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": 1, "x1": 1,
                  "line": {"color": "#999999", "width": 1, "dash": "dot"}}],
-        height=max(220, 60 + 26 * len(estimates)),
+        height=max(220, 90 + 26 * len(estimates)),
         margin={"l": 20, "r": 20, "t": 20, "b": 50},
+        showlegend=True,
+        legend={"orientation": "h", "y": -0.15 if len(estimates) > 4 else -0.35},
     )
     return Chart({"data": data, "layout": layout})
 

@@ -287,14 +287,14 @@ def overview(
             status = "regression" if regression.status == "open" else "acknowledged"
         else:
             status = "ok" if latest is not None else "no data"
-        colour = figures.REGRESSION_COLOUR if status == "regression" else "#1f77b4"
-        spark = figures.sparkline_svg(sparks.get(series.id, []), colour=colour)
+        spark = figures.sparkline_svg(sparks.get(series.id, []),
+                                      colour=figures.weight_colour(series.weights))
         rows.append(OverviewRow(series, latest, status, regression, Markup(spark)))
     rows.sort(key=lambda r: (STATUS_ORDER[r.status], r.series.key, r.series.project.name))
     measured = [(r, r.latest) for r in rows if r.latest is not None]
     labels = _estimate_labels([r.series for r, _ in measured])
     chart = figures.estimates_figure(
-        [figures.Estimate(label, p.speedup, p.ci_low, p.ci_high, r.status)
+        [figures.Estimate(label, p.speedup, p.ci_low, p.ci_high, r.status, r.series.weights)
          for label, (r, p) in zip(labels, measured, strict=True)],
         empty_reason="no series has a measured point yet",
     )
@@ -449,7 +449,8 @@ def run_page(
         assert result.ci_low is not None and result.ci_high is not None
         verdict = (cell.judgement or {}).get("verdict", "ok")
         estimates.append(figures.Estimate(cell.series_key, result.speedup, result.ci_low,
-                                          result.ci_high, verdict))
+                                          result.ci_high, verdict,
+                                          str(cell.spec.get("weights", "constant"))))
     chart = figures.estimates_figure(
         estimates, empty_reason="no cell has a measured speedup yet" if run.status not in
         RUN_TERMINAL else "no cell of this run produced a speedup (see the reasons below)")

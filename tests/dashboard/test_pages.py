@@ -10,6 +10,7 @@ import random
 import re
 from collections.abc import Iterator
 from importlib import resources
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -103,6 +104,38 @@ def test_without_public_reads_a_page_needs_a_read_token_cookie(
         assert client.get("/regressions").status_code == 200
 
 
+def rows_of(chart: dict[str, Any]) -> list[str]:
+    """Every row label of a dot chart, whatever trace (weight representation) draws it."""
+    return [label for trace in chart["data"] for label in trace["y"]]
+
+
+def test_each_weight_representation_has_one_colour_on_every_chart_and_sparkline(
+        pages: TestClient, seeded: Seeded) -> None:
+    palette = figures.WEIGHT_COLOURS
+    overview = pages.get("/").text
+    for trace in figure(overview, "overview-chart")["data"]:
+        weights = trace["name"].removeprefix("weights ")
+        assert trace["marker"]["color"] == palette[weights], trace["name"]
+        assert all(f"/{weights}/" in label for label in trace["y"])
+    assert {t["name"] for t in figure(overview, "overview-chart")["data"]} == {
+        "weights constant", "weights tensor"}
+    # a regression shows by its symbol, its colour stays its representation's
+    regressed = next(t for t in figure(overview, "overview-chart")["data"]
+                     if seeded.regressed_key in t["y"])
+    assert regressed["marker"]["symbol"][regressed["y"].index(seeded.regressed_key)] == "x"
+    sparks = re.findall(r'data-key="[^"]*/(constant|tensor)/[^"]*".*?class="sparkline"'
+                        r'.*?<polyline fill="none" stroke="(#[0-9a-f]{6})"', overview, re.S)
+    assert sparks and all(colour == palette[w] for w, colour in sparks), sparks
+    series = figure(pages.get(f"/series/{seeded.regressed_key}").text, "series-chart")
+    for trace in series["data"]:
+        if str(trace.get("name", "")).startswith("weights "):
+            weights = trace["name"].removeprefix("weights ")
+            assert trace["line"]["color"] == palette[weights]
+    run = figure(pages.get(f"/runs/{seeded.run_ids[-1]}").text, "run-chart")
+    for trace in run["data"]:
+        assert trace["marker"]["color"] == palette[trace["name"].removeprefix("weights ")]
+
+
 def test_the_overview_lists_open_regressions_first_with_status_ci_and_sparkline(
         pages: TestClient, seeded: Seeded) -> None:
     page = pages.get("/").text
@@ -113,7 +146,7 @@ def test_the_overview_lists_open_regressions_first_with_status_ci_and_sparkline(
     assert page.count('class="sparkline"') == len(keys) - 1  # no sparkline without data
     assert "1.91x" in page  # the regressed series' latest speedup with its CI
     chart = figure(page, "overview-chart")
-    assert seeded.regressed_key in chart["data"][0]["y"]
+    assert seeded.regressed_key in rows_of(chart)
     filtered = pages.get("/", params={"weights": "tensor", "backend": "torch_tensorrt"}).text
     assert re.findall(r'data-key="([^"]+)"', filtered) == [seeded.regressed_key]
 
@@ -239,7 +272,7 @@ def test_a_key_two_projects_measure_has_one_page_per_project_overlaying_only_its
     assert (key, "audio") in rows and (key, "vision") in rows
     assert f'href="/series/{key}?project=audio"' in overview
     assert '<option value="audio" ' in overview  # the project filter's choices
-    assert f"{key} (audio)" in figure(overview, "overview-chart")["data"][0]["y"]
+    assert f"{key} (audio)" in rows_of(figure(overview, "overview-chart"))
     only_audio = pages.get("/", params={"project": "audio"}).text
     assert re.findall(r'data-project="([^"]+)"', only_audio) == ["audio"]
 
