@@ -375,12 +375,13 @@ def magnitudes_figure(labels: Sequence[str], magnitudes: Sequence[float],
 
 
 def sparkline_svg(values: Sequence[float], *, width: int = 120, height: int = 28,
-                  colour: str = "#1f77b4") -> str:
+                  colour: str = "#1f77b4", scale: tuple[float, float] | None = None) -> str:
     """A tiny inline SVG of the newest speedups (numbers only, so the markup is safe);
-    the dotted line is 1x when it falls in range."""
+    the dotted line is 1x when it falls in range. `scale` (low, high) draws every sparkline
+    of a page on one scale, so their heights compare; by default each fills its own."""
     if len(values) < 2:
         return ""
-    low, high = min(values), max(values)
+    low, high = scale if scale is not None else (min(values), max(values))
     span = (high - low) or max(abs(high) * 0.05, 1e-9)
     pad = 2
 
@@ -394,7 +395,8 @@ def sparkline_svg(values: Sequence[float], *, width: int = 120, height: int = 28
         one = (f'<line x1="0" x2="{width}" y1="{y(1.0):.1f}" y2="{y(1.0):.1f}" '
                'stroke="#bbbbbb" stroke-dasharray="2,2" stroke-width="1"/>')
     return (f'<svg class="sparkline" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="recent speedups">{one}'
+            f'viewBox="0 0 {width} {height}" data-low="{low:.4g}" data-high="{high:.4g}" '
+            f'role="img" aria-label="recent speedups">{one}'
             f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}"/>'
             f'<circle cx="{pad + (len(values) - 1) * step:.1f}" cy="{y(values[-1]):.1f}" '
             f'r="2.5" fill="{colour}"/></svg>')

@@ -268,7 +268,10 @@ def overview(
     device_class: Annotated[str | None, Query(max_length=100)] = None,
     threads: Annotated[str | None, Query(max_length=10)] = None,
     timing_mode: Annotated[str | None, Query(max_length=16)] = None,
+    scale: Annotated[str | None, Query(max_length=10)] = None,
 ) -> HTMLResponse:
+    if scale not in (None, "", "own", "shared"):
+        raise InvalidRequest("scale", f"{scale!r} is not 'own' or 'shared'")
     selected = {"project": project, "model": model, "backend": backend, "weights": weights,
                 "precision": precision, "batch_size": batch_size, "shape_mode": shape_mode,
                 "device_class": device_class, "threads": threads, "timing_mode": timing_mode}
@@ -280,6 +283,8 @@ def overview(
     active = _active_regressions(session, filters.project, access)
     sparks = series_service.recent_speedups(session, [s.id for s, _ in found],
                                             per_series=SPARKLINE_POINTS)
+    shown = [v for values in sparks.values() if len(values) >= 2 for v in values]
+    shared = (min(shown), max(shown)) if scale == "shared" and shown else None
     rows = []
     for series, latest in found:
         regression = active.get(series.id)
@@ -288,7 +293,8 @@ def overview(
         else:
             status = "ok" if latest is not None else "no data"
         spark = figures.sparkline_svg(sparks.get(series.id, []),
-                                      colour=figures.weight_colour(series.weights))
+                                      colour=figures.weight_colour(series.weights),
+                                      scale=shared)
         rows.append(OverviewRow(series, latest, status, regression, Markup(spark)))
     rows.sort(key=lambda r: (STATUS_ORDER[r.status], r.series.key, r.series.project.name))
     measured = [(r, r.latest) for r in rows if r.latest is not None]
@@ -301,7 +307,8 @@ def overview(
     any_series = bool(rows) or any(v for v in selected.values())
     return _page(request, "overview.html", rows=rows, chart=chart, truncated=truncated,
                  limit=OVERVIEW_LIMIT, axes=series_service.axis_values(session, access),
-                 selected=selected, any_series=any_series,
+                 selected=selected, any_series=any_series, scale=scale or "own",
+                 shared=shared,
                  counts={s: sum(1 for r in rows if r.status == s) for s in STATUS_ORDER})
 
 

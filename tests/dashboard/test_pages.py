@@ -136,6 +136,24 @@ def test_each_weight_representation_has_one_colour_on_every_chart_and_sparkline(
         assert trace["marker"]["color"] == palette[trace["name"].removeprefix("weights ")]
 
 
+def test_sparklines_can_share_one_scale_so_their_heights_compare(
+        pages: TestClient, seeded: Seeded) -> None:
+    def scales(page: str) -> list[tuple[float, float]]:
+        return [(float(lo), float(hi)) for lo, hi in
+                re.findall(r'class="sparkline"[^>]*data-low="([^"]+)" data-high="([^"]+)"',
+                           page)]
+
+    own = scales(pages.get("/").text)
+    assert len(own) >= 3 and len(set(own)) > 1  # by default each fills its own height
+    page = pages.get("/", params={"scale": "shared"}).text
+    shared = scales(page)
+    assert len(shared) == len(own) and len(set(shared)) == 1
+    assert shared[0] == (min(lo for lo, _ in own), max(hi for _, hi in own))
+    assert '<option value="shared" selected>' in page  # the choice stays with the filters
+    refused = pages.get("/", params={"scale": "log"})
+    assert refused.status_code == 422 and "scale" in refused.text
+
+
 def test_the_overview_lists_open_regressions_first_with_status_ci_and_sparkline(
         pages: TestClient, seeded: Seeded) -> None:
     page = pages.get("/").text
