@@ -438,6 +438,9 @@ class CellJudgementPublic(BaseModel):
     confirming: bool = Field(default=False, description="a re-measure is under way")
     comparison: ComparisonPublic | None = Field(
         default=None, description="against the baseline; none for a series' first result")
+    baseline_result_id: int | None = Field(
+        default=None, description="the stored result it was judged against, when the "
+        "baseline is one result (the run page diffs their evidence)")
 
 
 class CellPublic(BaseModel):

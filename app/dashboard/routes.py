@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from app.api.deps import SessionDep, SettingsDep
 from app.config import Settings
+from app.dashboard import evidence as evidence_view
 from app.detection.changepoints import ChangePoint
 from app.errors import (
     DATABASE_ERRORS,
@@ -414,17 +415,7 @@ def runs_page(request: Request, session: SessionDep, access: PageAccess) -> HTML
     return _page(request, "runs.html", runs=runs, counts=counts, limit=RUN_LIST_LIMIT)
 
 
-def _flat(mapping: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """A nested JSON object as (dotted name, text) pairs, for fingerprints and evidence."""
-    out: list[tuple[str, str]] = []
-    for name, value in sorted((mapping or {}).items()):
-        if isinstance(value, dict):
-            out.extend((f"{name}.{k}", v) for k, v in _flat(value))
-        elif isinstance(value, float):
-            out.append((name, f"{value:.4g}"))
-        else:
-            out.append((name, str(value)))
-    return out
+_flat = evidence_view.flat
 
 
 def _unserved_queues(session: Session, settings: Settings,
@@ -463,9 +454,20 @@ def run_page(
         RUN_TERMINAL else "no cell of this run produced a speedup (see the reasons below)")
     total = sum(counts.values())
     finished = sum(counts[s] for s in ("done", "failed", "skipped"))
+    baseline_ids = {c.id: (c.judgement or {}).get("baseline_result_id") for c, _ in cells}
+    baselines = run_service.results_by_id(
+        session, [i for i in baseline_ids.values() if isinstance(i, int)])
+
+    def changes(cell: Cell, result: Result | None) -> list[evidence_view.EvidenceChange] | None:
+        base = baselines.get(baseline_ids[cell.id] or -1)
+        if base is None or result is None:
+            return None  # no baseline to compare with
+        return evidence_view.evidence_changes(base.evidence, result.evidence)
+
     return _page(
         request, "run.html", run=run, cells=[
-            {"cell": c, "result": r, "evidence": _flat(r.evidence if r else None)}
+            {"cell": c, "result": r, "evidence": _flat(r.evidence if r else None),
+             "changes": changes(c, r)}
             for c, r in cells],
         counts=counts, total=total, finished=finished, live=run.status not in RUN_TERMINAL,
         fingerprint=_flat({k: v for k, v in fingerprint.items() if k != "packages"}),

@@ -328,7 +328,10 @@ def judge_run(
                     verdict, f"{'not re-measured' if suspect_only else 'unconfirmed'}: "
                     f"{why_not}")
         verdicts[label] = verdict
-        _remember(cell, verdict, note=note)
+        if judged.chosen.result_id is not None:  # the run page diffs evidence against it
+            _remember(cell, verdict, note=note, baseline_result_id=judged.chosen.result_id)
+        else:
+            _remember(cell, verdict, note=note)
         if note is not None:
             notes.append(note)
         if row.status == "ok":

@@ -621,6 +621,13 @@ def run_summary_counts(session: Session, run_ids: list[int]) -> dict[int, Counte
     return out
 
 
+def results_by_id(session: Session, ids: list[int]) -> dict[int, Result]:
+    """Result rows by id (the baselines a run's cells were judged against)."""
+    if not ids:
+        return {}
+    return {r.id: r for r in session.scalars(select(Result).where(Result.id.in_(ids)))}
+
+
 def run_cells(
     session: Session, run_id: int, *, result_fields: tuple[str, ...] | None = None
 ) -> list[tuple[Cell, Result | None]]:

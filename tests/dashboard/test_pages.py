@@ -193,6 +193,45 @@ def test_the_series_page_overlays_both_weight_representations_and_marks_the_regr
     assert 'data-action="acknowledge"' in page
 
 
+def test_the_run_page_shows_what_the_evidence_changed_since_the_baseline_and_all_behind_a_toggle(
+        pages: TestClient, seeded: Seeded) -> None:
+    regression = pages.get("/api/v1/regressions").json()["items"][0]
+    page = pages.get(f"/runs/{regression['opened_by_run_id']}").text
+    cells = re.findall(r'<td class="small evidence">(.*?)</td>\s*<td class="small reason">',
+                       page, re.S)
+    diffs = [re.sub(r"<details.*?</details>", "", c, flags=re.S) for c in cells]
+    changed = [d for d in diffs if "evidence-diff" in d]
+    assert len(changed) == 1  # only the series that regressed changed structurally
+    run = pages.get(f"/api/v1/runs/{regression['opened_by_run_id']}").json()
+    judged = next(c["judgement"] for c in run["cells"]
+                  if c["series_key"] == regression["series_key"])
+    assert judged["baseline_result_id"] == regression["baseline_result_id"]  # the API says so
+    rows = re.findall(r"<tr><td>([^<]+)</td><td class=\"num\">([^<]+)</td></tr>", changed[0])
+    assert rows == [("kernels per inference", "58 &rarr; 161"),
+                    ("trt layer count", "46 &rarr; 149")]
+    # timings, processes and compile seconds differ on every run: never listed as changes
+    table = changed[0].split("</table>")[0]
+    assert not any(word in table for word in ("adaptive", "processes", "compile"))
+    assert sum("same as the baseline" in d for d in diffs) == len(diffs) - 2  # + the skipped
+    # the full evidence is one click away
+    assert all("<details class=\"evidence-all\"><summary>all evidence (" in c
+               for c in cells if "same as the baseline" in c or "evidence-diff" in c)
+
+
+def test_evidence_changes_name_entries_added_removed_and_changed() -> None:
+    from app.dashboard.evidence import EvidenceChange, evidence_changes
+
+    before = {"kernels": 58, "onnx_node_counts": {"Conv": 20, "BatchNormalization": 20},
+              "adaptive": {"processes": 3}, "graph_breaks": 0}
+    after = {"kernels": 161, "onnx_node_counts": {"Conv": 20},
+             "adaptive": {"processes": 5}, "graph_breaks": 0, "fallback": "eager"}
+    assert evidence_changes(before, after) == [
+        EvidenceChange("fallback", None, "eager"),
+        EvidenceChange("kernels", "58", "161"),
+        EvidenceChange("onnx_node_counts.BatchNormalization", "20", None)]
+    assert evidence_changes(before, before) == []
+
+
 def test_the_run_page_shows_cells_results_reasons_fingerprint_and_evidence(
         pages: TestClient, seeded: Seeded) -> None:
     text = html(pages.get(f"/runs/{seeded.run_ids[-1]}").text)
