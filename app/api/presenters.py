@@ -58,7 +58,8 @@ def cell_public(cell: Cell, result: Result | None) -> CellPublic:
             verdict=known.get("verdict"),
             reasons=list(known.get("reasons") or ([known["note"]] if "note" in known else [])),
             suspect=bool(known.get("suspect", False)), confirming="confirming" in known,
-            comparison=known.get("comparison"))
+            comparison=known.get("comparison"),
+            baseline_result_id=known.get("baseline_result_id"))
     return CellPublic(
         id=cell.id,
         series_key=cell.series_key,
