@@ -1,5 +1,7 @@
-"""Screenshots of the dashboard for the README: the overview and a series page with a
-flagged regression (docs/dashboard-overview.png, docs/dashboard-series.png).
+"""Screenshots of the dashboard for the README: the overview, a series page with a flagged
+regression and the run page of the run that opened it (docs/dashboard-overview.png,
+docs/dashboard-series.png, docs/dashboard-run.png). The history is made up (seeded numbers,
+TensorRT included, which cannot run here), not measured.
 
 Fills a fresh PostgreSQL database with the seeded history the browser tests use (through
 the real ingest and detection path: the tensor-weights series of Torch-TensorRT regresses
@@ -16,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +30,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 
 from app.config import Settings  # noqa: E402
 from app.db import get_engine, session_scope, upgrade  # noqa: E402
+from app.models import Regression  # noqa: E402
 from app.services.tokens import create_token  # noqa: E402
 from tests.dashboard.browser import launch  # noqa: E402
 from tests.dashboard.seed import PROJECT, seed  # noqa: E402
@@ -45,6 +49,7 @@ def main() -> None:
             seeded = seed(session, settings)
         with session_scope(settings) as session:
             _, token = create_token(session, "read", "screenshots")
+            opened_by = session.scalars(select(Regression.opened_by_run_id)).first()
         with api_server(dsn) as base, sync_playwright() as playwright, \
                 tempfile.TemporaryDirectory() as profile:
             context = launch(playwright, Path(profile), width=1360, height=860)
@@ -56,6 +61,8 @@ def main() -> None:
                 # the chart, change points and the regression; not the table of points
                 (f"/series/{seeded.regressed_key}?project={PROJECT}", "#series-chart",
                  "dashboard-series.png", 1080),
+                # each cell's evidence as what changed since its baseline
+                (f"/runs/{opened_by}", "#run-chart", "dashboard-run.png", None),
             ):
                 page.goto(base + path)
                 page.locator(f"{chart} g.trace").first.wait_for(state="attached")

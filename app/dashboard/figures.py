@@ -23,9 +23,11 @@ from typing import Any
 from app.detection.changepoints import ChangePoint
 from app.services.series import Bucket, Point
 
-# Weight representation -> colour (constant and tensor must be told apart at a glance).
-WEIGHT_COLOURS = {"constant": "#1f77b4", "tensor": "#d62728", "refit": "#2ca02c"}
-FALLBACK_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+# Weight representation -> its one colour on every chart, sparkline and label (constant and
+# tensor must be told apart at a glance; none of them is a status colour: red is a
+# regression, orange acknowledged, green an improvement). dashboard.css repeats them.
+WEIGHT_COLOURS = {"constant": "#1f77b4", "tensor": "#8e44ad", "refit": "#17becf"}
+FALLBACK_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
 REGRESSION_COLOUR = "#c0392b"
 IMPROVEMENT_COLOUR = "#27ae60"
 NEUTRAL_COLOUR = "#7f8c8d"

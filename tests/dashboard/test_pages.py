@@ -134,6 +134,11 @@ def test_each_weight_representation_has_one_colour_on_every_chart_and_sparkline(
     run = figure(pages.get(f"/runs/{seeded.run_ids[-1]}").text, "run-chart")
     for trace in run["data"]:
         assert trace["marker"]["color"] == palette[trace["name"].removeprefix("weights ")]
+    css = pages.get("/static/dashboard.css").text  # the weights labels in tables
+    for weights, colour in palette.items():
+        assert f".w-{weights} {{ color: {colour}; }}" in css
+    status = {figures.REGRESSION_COLOUR, figures.IMPROVEMENT_COLOUR, "#e67e22"}
+    assert not status & set(palette.values())  # a weight colour never reads as a status
 
 
 def test_sparklines_can_share_one_scale_so_their_heights_compare(
