@@ -9,11 +9,19 @@ this one class, so it lives here, below all of them.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.detection.verdict import DEFAULT_THRESHOLD, BaselineKind
+
+_DIGEST = re.compile(r"@[0-9a-f]{12}$")  # benchmarks.model_ref: label "@" 12 hex digits
+
+
+def _without_digest(series_key: str) -> str:
+    model, sep, rest = series_key.partition("/")
+    return _DIGEST.sub("", model) + sep + rest
 
 
 class DetectionPolicy(BaseModel):
@@ -33,8 +41,16 @@ class DetectionPolicy(BaseModel):
     ] = Field(default_factory=dict, max_length=1000)
 
     def threshold_for(self, series_key: str) -> float:
-        """The series' own threshold if it has one, else the project's."""
-        return self.series_thresholds.get(series_key, self.threshold)
+        """The series' own threshold if it has one, else the project's.
+
+        An own model's key carries its architecture's digest (`pkg.nets:build@2dbc3e64bf12/
+        ...`), so a changed model starts a new series; a threshold set for the model still
+        applies to it, whether it was set with an earlier digest or with none."""
+        if series_key in self.series_thresholds:
+            return self.series_thresholds[series_key]
+        plain = _without_digest(series_key)
+        matches = [v for k, v in self.series_thresholds.items() if _without_digest(k) == plain]
+        return matches[-1] if matches else self.threshold
     # Confirm before alarming (app.services.confirmation): a triggered run's candidate
     # speed regression is re-measured, candidate and baseline environments alternating in
     # `confirm_processes` child processes each, before its alert opens.

@@ -137,3 +137,23 @@ def test_a_series_threshold_changes_that_series_verdict_only_and_is_kept_on_its_
     regressions = client.get("/api/v1/regressions", headers=bearer(ci_token)).json()["items"]
     thresholds = {r["series_key"]: r["threshold"] for r in regressions}
     assert thresholds == {lenient_key: 0.10, strict_key: 0.03}
+
+
+def test_a_series_threshold_follows_an_own_model_whose_architecture_changed() -> None:
+    """An own model's key carries its digest, so a changed model is a new series; the
+    threshold a team set for the model must not silently fall back to the project's."""
+    from app.detection.policy import DetectionPolicy
+
+    tail = "onnxruntime/constant/fp32/bs1/static/cpu/t1/nographs"
+    policy = DetectionPolicy(threshold=0.03, series_thresholds={
+        f"mypkg.nets:build@2dbc3e64bf12/{tail}": 0.08,
+        f"other.nets:build/{tail}": 0.06,
+        f"resnet18/{tail}": 0.1})
+    assert policy.threshold_for(f"mypkg.nets:build@2dbc3e64bf12/{tail}") == 0.08
+    assert policy.threshold_for(f"mypkg.nets:build@0123456789ab/{tail}") == 0.08  # changed
+    assert policy.threshold_for(f"other.nets:build@0123456789ab/{tail}") == 0.06  # set plain
+    assert policy.threshold_for(f"resnet18/{tail}") == 0.1
+    # another model, or the same model on another axis, keeps the project's threshold
+    assert policy.threshold_for(f"mypkg.nets:other@0123456789ab/{tail}") == 0.03
+    assert policy.threshold_for(
+        f"mypkg.nets:build@0123456789ab/{tail.replace('bs1', 'bs8')}") == 0.03
