@@ -113,10 +113,6 @@ def plotly_text(value: str) -> str:
     return html.escape(value, quote=False)
 
 
-def _colour(label: str, index: int) -> str:
-    return WEIGHT_COLOURS.get(label, FALLBACK_COLOURS[index % len(FALLBACK_COLOURS)])
-
-
 def weight_colour(weights: str) -> str:
     """The one colour of a weight representation on every chart and sparkline."""
     return WEIGHT_COLOURS.get(
@@ -174,10 +170,10 @@ def speedup_figure(
     data: list[Figure] = []
     by_result: dict[int, tuple[str, Point]] = {}
     all_entries = [t.entries for t in traces]
-    for index, (trace, entries) in enumerate(zip(traces, all_entries, strict=True)):
+    for trace, entries in zip(traces, all_entries, strict=True):
         if not entries:
             continue
-        colour = _colour(trace.label, index)
+        colour = weight_colour(trace.label)
         x = [e.x for e in entries]
         data.append({"type": "scatter", "x": x, "y": [e.ci_high for e in entries],
                      "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip",
@@ -238,11 +234,11 @@ def latency_figure(traces: Sequence[SeriesTrace]) -> Chart:
     """The two raw latencies (eager and optimized medians) per weight representation."""
     data: list[Figure] = []
     all_entries = [t.entries for t in traces]
-    for index, (trace, entries) in enumerate(zip(traces, all_entries, strict=True)):
+    for trace, entries in zip(traces, all_entries, strict=True):
         drawn = [e for e in entries if e.baseline_ms is not None and e.candidate_ms is not None]
         if not drawn:
             continue
-        colour = _colour(trace.label, index)
+        colour = weight_colour(trace.label)
         x = [e.x for e in drawn]
         mode = "lines+markers" if len(drawn) <= MARKER_LIMIT else "lines"
         for side, values, dash in (
@@ -425,10 +421,10 @@ def sweep_figure(versions: Sequence[str], traces: Sequence[tuple[str, Sequence[V
     if not any(points for _, points in traces):
         return Chart(None, empty_reason)
     data: list[Figure] = []
-    for index, (label, points) in enumerate(traces):
+    for label, points in traces:
         if not points:
             continue
-        colour = _colour(label, index)
+        colour = weight_colour(label)
         x = [plotly_text(p.version) for p in points]
         data.append({"type": "scatter", "x": x, "y": [p.ci_high for p in points],
                      "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip",
