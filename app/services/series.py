@@ -224,11 +224,13 @@ def axis_values(session: Session, access: ProjectAccess = EVERY_PROJECT) -> dict
         column = getattr(Series, axis)
         out[axis] = list(session.scalars(
             access.restrict(select(column), Series.project_id).distinct().order_by(column)))
-    threads = set(session.scalars(select(Series.threads).distinct()))
+    threads = set(session.scalars(
+        access.restrict(select(Series.threads), Series.project_id).distinct()))
     out["threads"] = ([THREADS_AUTO] if None in threads else []) + sorted(
         t for t in threads if t is not None)
     out["timing_mode"] = list(session.scalars(
-        select(Series.timing_mode).distinct().order_by(Series.timing_mode)))
+        access.restrict(select(Series.timing_mode), Series.project_id)
+        .distinct().order_by(Series.timing_mode)))
     return out
 
 

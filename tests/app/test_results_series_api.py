@@ -221,3 +221,34 @@ def test_compare_reports_shared_series_change_and_ci_overlap(
     same = client.get(f"/api/v1/compare?base={base}&head={base}",
                       headers=bearer(read_token)).json()
     assert all(r["ci_overlap"] and r["change"] == 0 for r in same["series"])
+
+
+def test_filter_choices_name_only_what_the_projects_a_token_may_read_measure(
+    session: Session,
+) -> None:
+    """A token limited to one project must not learn another project's threads or timing
+    modes from the overview's filter choices (every axis is restricted, not only some)."""
+    from app.models import Project, Series
+    from app.services.series import axis_values
+    from app.services.tokens import ProjectAccess
+
+    def series(project: Project, threads: int | None, timing_mode: str, device: str) -> Series:
+        return Series(project=project, key=f"{project.name}-{threads}-{timing_mode}",
+                      model="m", backend="onnxruntime", weights="constant", precision="fp32",
+                      batch_size=1, shape_mode="static", device_class=device,
+                      threads=threads, timing_mode=timing_mode)
+
+    mine, theirs = Project(name="mine"), Project(name="theirs")
+    session.add_all([series(mine, 1, "nographs", "cpu"),
+                     series(theirs, 7, "graphs", "nvidia-h100"),
+                     series(theirs, None, "nographs", "nvidia-h100")])
+    session.commit()
+
+    limited = axis_values(session, ProjectAccess(frozenset({"mine"}), "mine-reader"))
+    assert limited["project"] == ["mine"]
+    assert limited["threads"] == [1] and limited["timing_mode"] == ["nographs"]
+    assert limited["device_class"] == ["cpu"]
+
+    everything = axis_values(session)
+    assert everything["threads"][1:] == [1, 7] and everything["timing_mode"] == [
+        "graphs", "nographs"]
