@@ -28,7 +28,7 @@ from app.config import Settings
 from app.main import create_app
 from tests.app.factories import bearer
 
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = 15
 # Fuzzing phase of POST /api/v1/results. With the examples and coverage phases (about 2,200
 # variants of the example document, each field at its bounds and beyond) some 2,500
 # requests: about 30 s of CPU (30-70 s of wall time on this project's shared 2-core machine,
