@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Package names (PEP 503 normalised) a trigger may pin; anything else is refused at the API
@@ -117,6 +117,11 @@ class Settings(BaseSettings):
     gpu_idle_wait_seconds: float = Field(default=30.0, ge=0, le=3600)
     # True: GET endpoints answer without a token; False: they need a token with `read` scope.
     public_reads: bool = True
+    # A bearer token for `/metrics` alone, checked against this setting without the
+    # database: with private reads a scrape with a store-held `read` token fails (503) during
+    # a database outage, just when metrics matter. At least 16 characters; None: only `read`
+    # tokens (or public reads) open `/metrics`.
+    metrics_token: SecretStr | None = None
     max_matrix_cells: int = Field(default=256, ge=1)
     # A sweep triggers one run per release in its range (each builds a venv and measures
     # for a minute or more); a request may ask for fewer, never more.
@@ -144,6 +149,14 @@ class Settings(BaseSettings):
     # `speedwatch serve`
     host: str = "127.0.0.1"
     port: int = 8000
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters (a guessable scrape token "
+                             "would open the run counts to anyone)")
+        return value
 
     @field_validator("model_packages")
     @classmethod

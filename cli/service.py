@@ -111,6 +111,17 @@ def settings_or_exit() -> Settings:
         raise _fail(settings_error_line(exc)) from None
 
 
+def _is_secret(field: str) -> bool:
+    """A secret setting's value is never echoed (the line may land in a CI log)."""
+    from pydantic import SecretStr
+
+    from app.config import Settings
+
+    info = Settings.model_fields.get(field)
+    return info is not None and SecretStr in getattr(info.annotation, "__args__", (
+        info.annotation,))
+
+
 def settings_error_line(exc: Exception) -> str:
     """A settings validation error as one line naming the variable and the value read."""
     parsed = re.search(r'error parsing value for field "(\w+)"', str(exc))
@@ -129,7 +140,8 @@ def settings_error_line(exc: Exception) -> str:
         return f"settings: {message}{more}"
     variable = "SPEEDWATCH_" + loc[0].upper()
     value = first.get("input")
-    shown = f"={value!r}" if isinstance(value, (str, int, float)) else ""
+    secret = _is_secret(loc[0])
+    shown = f"={value!r}" if isinstance(value, (str, int, float)) and not secret else ""
     path = "." + ".".join(loc[1:]) if len(loc) > 1 else ""
     return f"settings: {variable}{shown}{path}: {message}{more}"
 

@@ -15,6 +15,7 @@ write that names its project); tests/app/test_access.py holds every route to it.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -98,6 +99,22 @@ def require_read(token: CurrentToken, settings: SettingsDep) -> ProjectAccess:
 
 def require_admin(token: CurrentToken) -> ApiToken:
     return _require(token, "admin")
+
+
+def require_metrics_reader(
+    session: SessionDep, settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """`/metrics` follows the read policy, but a scrape holding the settings' metrics token
+    gets in without the store (the session is not touched then): a database outage is what
+    a scrape must report (`speedwatch_database_up 0`), not a 503."""
+    if settings.public_reads:
+        return
+    expected = settings.metrics_token
+    if expected is not None and credentials is not None and hmac.compare_digest(
+            credentials.credentials.encode(), expected.get_secret_value().encode()):
+        return
+    _require(get_current_token(session, credentials), "read")
 
 
 CiToken = Annotated[ApiToken, Depends(require_ci)]

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from app.config import Settings
 from app.main import create_app
@@ -85,3 +86,38 @@ def test_metrics_still_answer_during_a_database_outage(outage_client: TestClient
     response = outage_client.get("/metrics")
     assert response.status_code == 200
     assert "speedwatch_database_up 0.0" in response.text
+
+
+SCRAPE = "scrape-0123456789abcdef"
+
+
+def test_with_private_reads_the_settings_metrics_token_scrapes_through_a_database_outage(
+    settings: Settings,
+) -> None:
+    """A store-held `read` token cannot be checked while the store is down; the metrics
+    token is checked against the settings, so the scrape still reports the outage."""
+    down = settings.model_copy(update={"database_url": CLOSED_PORT_DB, "public_reads": False,
+                                       "metrics_token": SecretStr(SCRAPE)})
+    client = TestClient(create_app(down), raise_server_exceptions=False)
+    response = client.get("/metrics", headers=bearer(SCRAPE))
+    assert response.status_code == 200
+    assert "speedwatch_database_up 0.0" in response.text
+    assert client.get("/metrics", headers=bearer("sw_some_read_token")).status_code == 503
+    assert client.get("/metrics").status_code == 401
+
+
+def test_the_metrics_token_opens_metrics_only_and_a_wrong_one_is_refused(
+    settings: Settings, read_token: str
+) -> None:
+    private = settings.model_copy(update={"public_reads": False,
+                                          "metrics_token": SecretStr(SCRAPE)})
+    with TestClient(create_app(private)) as client:
+        assert client.get("/metrics", headers=bearer(SCRAPE)).status_code == 200
+        assert client.get("/metrics", headers=bearer(read_token)).status_code == 200
+        assert client.get("/metrics", headers=bearer(SCRAPE + "x")).status_code == 401
+        assert client.get("/api/v1/runs", headers=bearer(SCRAPE)).status_code == 401
+
+
+def test_a_metrics_token_shorter_than_16_characters_is_a_settings_error() -> None:
+    with pytest.raises(ValueError, match="metrics_token"):
+        Settings(metrics_token="short")  # type: ignore[arg-type]

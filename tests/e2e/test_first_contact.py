@@ -109,6 +109,16 @@ def test_a_bad_setting_is_one_line_naming_the_variable_whatever_the_command(
     assert line.startswith(says), done.stderr
 
 
+def test_a_bad_secret_setting_is_named_without_echoing_its_value(tmp_path: Path) -> None:
+    done = speedwatch("token", "list", env={"SPEEDWATCH_METRICS_TOKEN": "hunter2"},
+                      cwd=tmp_path)
+    assert done.returncode in (1, 2)
+    assert done.stderr.strip() == (
+        "error: settings: SPEEDWATCH_METRICS_TOKEN: must be at least 16 characters (a "
+        "guessable scrape token would open the run counts to anyone)"), done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
+
+
 def test_help_lists_every_setting_and_the_readme_documents_each() -> None:
     done = speedwatch("--help", env={"COLUMNS": "400"})
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()

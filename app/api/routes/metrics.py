@@ -1,15 +1,17 @@
 """Prometheus exposition: request counters/latency plus runs and cells by status.
 
 It follows the read policy: with private reads a scrape needs a `read` token (Prometheus'
-`authorization` setting), since run and cell counts and the route list are not public."""
+`authorization` setting), since run and cell counts and the route list are not public, or
+the settings' `metrics_token`, which is checked without the database and so still opens the
+page during an outage."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import func, select
 
-from app.api.deps import ReadAccess
+from app.api.deps import require_metrics_reader
 from app.api.middleware import Metrics
 from app.models import CELL_STATUSES, RUN_STATUSES, Cell, Run
 
@@ -17,8 +19,9 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics",
-            responses={200: {"content": {"text/plain": {}}}})
-def metrics(request: Request, _: ReadAccess) -> Response:
+            responses={200: {"content": {"text/plain": {}}}},
+            dependencies=[Depends(require_metrics_reader)])
+def metrics(request: Request) -> Response:
     registry: Metrics = request.app.state.metrics
     try:
         with request.app.state.sessionmaker() as session:
