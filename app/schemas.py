@@ -144,6 +144,11 @@ class TimingIn(StrictModel):
         default=None, ge=0, lt=0.5, description="adaptive: a decided comparison stops only "
         "once the speedup's CI half-width is at most this fraction too (default 0.003 on a "
         "GPU, 0 = none on the CPU)")
+    compile_cache: Literal["process", "host"] | None = Field(
+        default=None, description="\"process\" (default): each process compiles afresh, so the "
+        "interval covers what a new compile may choose; \"host\": processes share the "
+        "worker's compile cache (runtime variance only: tighter and faster, blind to a "
+        "compile landing elsewhere)")
     bootstrap_resamples: int | None = Field(default=None, ge=100, le=100_000)
     seed: int | None = Field(default=None, ge=0)
 
@@ -398,6 +403,8 @@ class CellSpecPublic(BaseModel):
     budget_seconds: float = Field(default=0.0, description="adaptive: timing seconds at most")
     target_half_width: float = Field(
         default=0.0, description="adaptive: CI half-width a decided cell must reach too")
+    compile_cache: str = Field(
+        default="process", description='"process" (each process compiles afresh) or "host"')
 
 
 class ResultSummaryPublic(PublicModel):

@@ -674,7 +674,7 @@ def _fresh_compile_caches(child_env: dict[str, str], tmp: Path,
     caller names in `env` is kept: sharing it is then a choice, not an accident. Triton's
     cache stays shared: it holds compiled binaries keyed by kernel source, no choices, and
     with it fresh too two dynamic-shape specs did not finish in 580 s on the H100 where four
-    specs with shared caches took 490 s.
+    specs with shared caches took 490 s. `timing.compile_cache` "host" skips this.
     """
     for name in COMPILE_CACHE_VARIABLES:
         if explicit is None or name not in explicit:
@@ -701,7 +701,8 @@ def _run_one(
         spec_path, out_path, log_path = (Path(tmp) / n for n in ("spec.json", "out.json",
                                                                  "child.log"))
         spec_path.write_text(spec.to_json(), encoding="utf-8")
-        _fresh_compile_caches(child_env, Path(tmp), env)
+        if spec.timing.compile_cache == "process":
+            _fresh_compile_caches(child_env, Path(tmp), env)
         cmd = [python, "-m", "benchmarks.child", str(spec_path), str(out_path)]
         with open(log_path, "wb") as log:
             try:

@@ -261,6 +261,7 @@ class TimingPolicyDocument(Closed):
     max_processes: Int = 0
     budget_seconds: Number = 0.0
     target_half_width: Number = 0.0
+    compile_cache: Literal["process", "host"] = "process"
 
 
 class SpecOptions(Open):

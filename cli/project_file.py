@@ -25,7 +25,8 @@ flags read (SPEEDWATCH_URL) count as flags. Example, every key optional:
     processes = 3
     max_processes = 6
     budget_seconds = 30                      # rounds, iters_per_round, warmup_iters,
-                                             # max_seconds, target_half_width, cuda_graphs
+                                             # max_seconds, target_half_width, cuda_graphs,
+                                             # compile_cache ("process" or "host")
     [thresholds]
     threshold = 0.03
     series = { "KEY" = 0.05 }
@@ -107,6 +108,7 @@ class TimingTable(_Table):
     budget_seconds: float | None = None
     target_half_width: float | None = None
     cuda_graphs: bool | None = None
+    compile_cache: Literal["process", "host"] | None = None
 
 
 class ThresholdsTable(_Table):

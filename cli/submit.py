@@ -124,6 +124,7 @@ SUBMIT_FLAGS = {
     "matrix.timing.max_processes": "--max-processes",
     "matrix.timing.budget_seconds": "--budget",
     "matrix.timing.target_half_width": "--target-half-width",
+    "matrix.timing.compile_cache": "--compile-cache",
     "matrix": "the matrix (--model x --backend x --weights x --precision x --batch)",
 }
 
@@ -139,6 +140,19 @@ def _model_help() -> str:
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(EXIT_ERROR)
+
+
+COMPILE_CACHE_HELP = (
+    '"process" (default: each process compiles afresh, so the CI covers what a new compile '
+    'may choose) or "host" (processes share the worker\'s compile cache: runtime variance '
+    "only, tighter and faster on a GPU).")
+
+
+def _check_compile_cache(value: str | None) -> None:
+    from benchmarks.spec import COMPILE_CACHES
+
+    if value is not None and value not in COMPILE_CACHES:
+        raise _fail(f"--compile-cache: {value!r} is not {' or '.join(COMPILE_CACHES)}")
 
 
 # ---- speedwatch submit ---------------------------------------------------------------------
@@ -204,6 +218,8 @@ def submit(
     target_half_width: float | None = typer.Option(
         None, help="Adaptive: a decided cell stops only once its CI half-width is at most "
         "this fraction too (server default 0.003 on a GPU, 0 on the CPU)."),
+    compile_cache: str | None = typer.Option(
+        None, help=COMPILE_CACHE_HELP),
     idempotency_key: str | None = typer.Option(
         None, help="Same key = same run on retry (default: identical request = same run)."
     ),
@@ -240,13 +256,14 @@ def submit(
                 ("image_size", image_size), ("width", width), ("threads", threads),
                 ("sides", sides)))
         rounds, iters_per_round, warmup, cuda_graphs, max_seconds, processes, \
-            max_processes, budget, target_half_width = (
+            max_processes, budget, target_half_width, compile_cache = (
                 pf.pick(f"timing.{key}", given) for key, given in (
                     ("rounds", rounds), ("iters_per_round", iters_per_round),
                     ("warmup_iters", warmup), ("cuda_graphs", cuda_graphs),
                     ("max_seconds", max_seconds), ("processes", processes),
                     ("max_processes", max_processes), ("budget_seconds", budget),
-                    ("target_half_width", target_half_width)))
+                    ("target_half_width", target_half_width),
+                    ("compile_cache", compile_cache)))
         project_file.warn_about_thresholds(pf, url, token, project)
     except project_file.ProjectFileError as exc:
         raise _fail(str(exc)) from None
@@ -255,6 +272,7 @@ def submit(
     try:
         if sides is not None and sides not in ("paired", "split"):
             raise _fail(f"--sides: {sides!r} is not paired or split")
+        _check_compile_cache(compile_cache)
         if threads is None and device == "cpu":
             threads = 1
         matrix = MatrixOptions(device=device, image_size=image_size, width=width,
@@ -270,7 +288,8 @@ def submit(
                          "warmup_iters": warmup, "cuda_graphs": cuda_graphs,
                          "max_seconds": max_seconds, "processes": processes,
                          "max_processes": max_processes, "budget_seconds": budget,
-                         "target_half_width": target_half_width}
+                         "target_half_width": target_half_width,
+                         "compile_cache": compile_cache}
         if rounds is not None:
             matrix.timing["min_rounds"] = min(rounds, 5)
         body = run_request(project=project, revision=revision, branch=branch,
@@ -350,6 +369,8 @@ def demo(
     target_half_width: float | None = typer.Option(
         None, help="Adaptive: CI half-width a decided cell must reach too (default 0.003 "
         "on a GPU, 0 on the CPU)."),
+    compile_cache: str | None = typer.Option(
+        None, help=COMPILE_CACHE_HELP),
     exit_when_done: bool = typer.Option(
         False, "--exit-when-done", help="Stop serving once the run finished (scripts, tests)."
     ),
@@ -365,6 +386,7 @@ def demo(
         raise _fail(f"--device: {device!r} is not cpu or cuda")
     if sides is not None and sides not in ("paired", "split"):
         raise _fail(f"--sides: {sides!r} is not paired or split")
+    _check_compile_cache(compile_cache)
     if not _port_free(host, port):
         raise _fail(f"port {port} on {host} is in use; pass --port")
     data_dir = data_dir.resolve()
@@ -400,7 +422,8 @@ def demo(
                 "min_rounds": min(rounds, 5) if rounds is not None else None,
                 "cuda_graphs": cuda_graphs, "max_seconds": max_seconds,
                 "processes": processes, "max_processes": max_processes,
-                "budget_seconds": budget, "target_half_width": target_half_width},
+                "budget_seconds": budget, "target_half_width": target_half_width,
+                "compile_cache": compile_cache},
     )
     body = run_request(project="demo", revision=f"demo-{time.strftime('%Y%m%d-%H%M%S')}",
                        branch=None, pins=[], interpreter=None, matrix=matrix, trigger="demo")

@@ -46,6 +46,19 @@ def test_a_trigger_stores_one_queued_cell_per_matrix_point(
     assert run["environment"]["pins"] == ["onnxruntime==1.22.0"]
 
 
+def test_a_run_may_ask_its_processes_to_share_the_workers_compile_cache(
+    client: TestClient, ci_token: str
+) -> None:
+    """"host" is a timing choice, not a new series: the keys stay those of the default."""
+    default = post_run(client, ci_token, run_request()).json()
+    host = post_run(client, ci_token, run_request(
+        revision="shared", matrix={"timing": {"compile_cache": "host"}})).json()
+    assert {c["spec"]["compile_cache"] for c in default["cells"]} == {"process"}
+    assert {c["spec"]["compile_cache"] for c in host["cells"]} == {"host"}
+    assert {c["series_key"] for c in host["cells"]} == {
+        c["series_key"] for c in default["cells"]}
+
+
 def test_optimization_levels_are_an_axis_each_backend_reads_in_its_own_terms(
     client: TestClient, ci_token: str
 ) -> None:
@@ -154,6 +167,8 @@ BAD_REQUESTS = [
     ({"matrix": {"timing": {"rounds": 3, "min_rounds": 5}}}, "matrix.timing.min_rounds",
      "must not exceed rounds"),
     ({"matrix": {"threads": 0}}, "matrix.threads", "greater than or equal to 1"),
+    ({"matrix": {"timing": {"compile_cache": "warm"}}}, "matrix.timing.compile_cache",
+     "'process' or 'host'"),
     ({"matrix": {"colour": "red"}}, "matrix.colour", "unknown field"),
     ({"priority": 1}, "priority", "unknown field"),
     ({"revision": ""}, "revision", "at least 1 character"),

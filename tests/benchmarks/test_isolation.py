@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,17 @@ def test_a_compile_cache_the_caller_names_is_shared(tiny_spec: SpecFactory,
     run_isolated(tiny_spec(), timeout_s=60, python=python,
                  env={"TORCHINDUCTOR_CACHE_DIR": "/srv/inductor-cache"})
     assert record.read_text().split()[0] == "/srv/inductor-cache"
+
+
+def test_compile_cache_host_lets_the_processes_share_the_workers_cache(
+        tiny_spec: SpecFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The option a fixed CI host asks for: a second process reuses the first's kernels
+    (runtime variance only), so no process gets a scratch cache of its own."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/var/cache/worker-inductor")
+    python, record = _env_recorder(tmp_path)
+    spec = tiny_spec()
+    shared = replace(spec, timing=replace(spec.timing, compile_cache="host"))
+    for _ in range(2):
+        run_isolated(shared, timeout_s=60, python=python)
+    assert [line.split()[0] for line in record.read_text().splitlines()] == [
+        "/var/cache/worker-inductor"] * 2

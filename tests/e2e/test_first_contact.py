@@ -187,6 +187,17 @@ def test_a_zero_count_is_refused_by_the_flag_before_any_request() -> None:
     assert "min_rounds" not in done.stderr
 
 
+@pytest.mark.parametrize("command", [["submit", "--url", "http://127.0.0.1:9", "--token", "x",
+                                      "--project", "p", "--revision", "r"],
+                                     ["demo", "--exit-when-done"], ["bench"]])
+def test_an_unknown_compile_cache_is_one_line_before_anything_runs(command: list[str]) -> None:
+    done = speedwatch(*command, "--compile-cache", "warm")
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: --compile-cache: "), line
+    assert "'warm'" in line and "process" in line and "host" in line, line
+
+
 def test_submit_measures_the_cpu_with_one_thread_by_default_as_demo_does() -> None:
     from typer.testing import CliRunner
 

@@ -38,6 +38,7 @@ width = 8
 [timing]
 processes = 2
 budget_seconds = 5
+compile_cache = "host"
 
 [thresholds]
 threshold = 0.05
@@ -177,8 +178,8 @@ def test_submit_with_only_a_project_file_and_a_token_triggers_what_the_file_says
     specs = [c["spec"] for c in run["cells"]]
     assert sorted((s["backend"], s["batch_size"]) for s in specs) == [
         ("eager", 1), ("eager", 2), ("onnxruntime", 1), ("onnxruntime", 2)]
-    assert {(s["image_size"], s["width"], s["processes"], s["budget_seconds"], s["threads"])
-            for s in specs} == {(32, 8, 2, 5.0, 1)}
+    assert {(s["image_size"], s["width"], s["processes"], s["budget_seconds"], s["threads"],
+             s["compile_cache"]) for s in specs} == {(32, 8, 2, 5.0, 1, "host")}
 
 
 def test_flags_override_the_project_file(tmp_path: Path, api_url: str, ci_token: str) -> None:
