@@ -147,7 +147,7 @@ class TimingIn(StrictModel):
     compile_cache: Literal["process", "host"] | None = Field(
         default=None, description="\"process\" (default): each process compiles afresh, so the "
         "interval covers what a new compile may choose; \"host\": processes share the "
-        "worker's compile cache (runtime variance only: tighter and faster, blind to a "
+        "worker's compile cache (runtime variance only: tighter, so fewer processes; blind to a "
         "compile landing elsewhere)")
     bootstrap_resamples: int | None = Field(default=None, ge=100, le=100_000)
     seed: int | None = Field(default=None, ge=0)
