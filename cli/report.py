@@ -183,7 +183,9 @@ def report(
     project: str | None = typer.Option(None, help="Project name (or `project` in the project "
                                        "file)."),
     base: str = typer.Option(..., help="Revision to compare against (its latest finished run)."),
-    head: str = typer.Option(..., help="Revision to judge (its latest finished run)."),
+    head: str | None = typer.Option(
+        None, help="Revision to judge (its latest finished run); default: the revision "
+        "`submit` measures here (the CI's commit variable, else git's HEAD)."),
     summary: Path | None = typer.Option(None, help="Append the Markdown table to this file."),
     config: Path | None = typer.Option(
         None, "--config", help="Project file (default: speedwatch.toml, or [tool.speedwatch] "
@@ -194,6 +196,7 @@ def report(
         pf = project_file.load(config)
         url = project_file.required(pf.pick("url", url), "--url", "url", "SPEEDWATCH_URL")
         project = project_file.required(pf.pick("project", project), "--project", "project")
+        head = project_file.revision(head, pf.root)
     except project_file.ProjectFileError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_ERROR) from None

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from cli import project_file
-from cli.client import EXIT_ERROR, EXIT_PASS
+from cli.client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION
 from cli.project_file import ProjectFileError
 
 FILE = """
@@ -272,3 +272,26 @@ def test_report_reads_the_same_project_file_so_a_ci_step_needs_only_the_revision
     assert proc.returncode == EXIT_ERROR
     assert proc.stderr == ("error: --project: not given (pass --project, or put `project` in "
                            "speedwatch.toml)\n")
+
+
+def test_report_judges_the_revision_submit_measured_when_head_is_not_given(
+    tmp_path: Path, api_url: str, ci_token: str
+) -> None:
+    """In CI the step after `submit --wait` is `report --base main-sha`: the head is the
+    CI's commit variable, as submit's revision is."""
+    from tests.app.factories import bearer, bench_result, ingest_body
+
+    project = f"pf-{secrets.token_hex(3)}"
+    _write(tmp_path, FILE.format(project=project, url=api_url))
+    for revision, speedup in (("base-sha", 2.0), ("cafe0123", 1.5)):
+        posted = httpx.post(f"{api_url}/api/v1/results", headers=bearer(ci_token),
+                            json=ingest_body(bench_result(speedup=speedup), project=project,
+                                             revision=revision))
+        assert posted.status_code == 201, posted.text
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("SPEEDWATCH_URL", *project_file.CI_REVISION_VARIABLES)}
+    proc = subprocess.run([sys.executable, "-m", "cli", "report", "--base", "base-sha"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+                          env={**clean, "SPEEDWATCH_TOKEN": ci_token, "GITHUB_SHA": "cafe0123"})
+    assert proc.returncode == EXIT_REGRESSION, proc.stderr  # 2.0x -> 1.5x: disjoint CIs
+    assert "cafe0123" in proc.stdout and "base-sha" in proc.stdout
