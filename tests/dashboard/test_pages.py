@@ -172,6 +172,12 @@ def test_the_overview_lists_open_regressions_first_with_status_ci_and_sparkline(
     assert seeded.regressed_key in rows_of(chart)
     filtered = pages.get("/", params={"weights": "tensor", "backend": "torch_tensorrt"}).text
     assert re.findall(r'data-key="([^"]+)"', filtered) == [seeded.regressed_key]
+    # a project's name filters the overview to that project
+    projects = set(re.findall(r'data-project="([^"]+)"', page))
+    for name in projects:
+        assert f'<a href="/?project={name}"' in page
+        only = pages.get("/", params={"project": name}).text
+        assert set(re.findall(r'data-project="([^"]+)"', only)) == {name}
 
 
 def test_the_series_page_overlays_both_weight_representations_and_marks_the_regression(
