@@ -45,7 +45,9 @@ Method, and why each part is there (docs/detection.md has the measured compariso
    inflation kept) until they no longer change.
 
 Where no point has an interval, the same method runs with `DetectorSettings.without_intervals`:
-4 points a side, a stricter drift guard, no jump-over-ramp way through it.
+4 points a side, a stricter drift guard, no jump-over-ramp way through it, and a Wilcoxon
+rank-sum test of the two segments beside the t-test (the shift must be carried by most of
+their points, not by two or three wild runs the clipping followed).
 
 Every change point reports its size, its 95% interval and the test that confirmed it.
 Pure functions on plain numbers: no service imports.
@@ -118,6 +120,15 @@ class DetectorSettings:
     better than a linear ramp does by this much (weighted residual sum of squares, in
     chi-square units): a jump, not a drift, even where a trend beside it cannot be ruled
     out. `math.inf` turns it off."""
+    rank_test_without_intervals: bool = True
+    """Where no point has an interval of its own, a step must also pass a Wilcoxon rank-sum
+    test of its two segments (drift removed; `max_rank_p`, times the same split points): the
+    t-test's scatter is then estimated from the very points tested, and a short run of two
+    or three wild points among ordinary ones passes it as a dip."""
+    rank_test: bool = False
+    max_rank_p: float = 0.05
+    rank_bonferroni: bool = True
+    """The rank-sum test is required (set by `without_intervals`)."""
     autocorrelation: bool = True
     """Inflate variances for the residuals' lag-1 autocorrelation where it is significant."""
     autocorrelation_p: float = 0.05
@@ -134,7 +145,8 @@ class DetectorSettings:
         """The settings for a series of which no point has its own interval."""
         return dataclasses.replace(
             self, min_segment=max(self.min_segment, self.min_segment_without_intervals),
-            min_jump_over_ramp=math.inf,
+            min_jump_over_ramp=math.inf, rank_test=self.rank_test or
+            self.rank_test_without_intervals,
             max_step_given_trend_p=min(self.max_step_given_trend_p,
                                        self.max_step_given_trend_p_without_intervals))
 
@@ -149,7 +161,7 @@ class DetectorSettings:
         if not self.min_jump_over_ramp >= 0:
             raise SeriesError(f"min_jump_over_ramp: {self.min_jump_over_ramp} must be at "
                               "least 0")
-        for name in ("max_p_value", "max_step_given_trend_p",
+        for name in ("max_p_value", "max_rank_p", "max_step_given_trend_p",
                      "max_step_given_trend_p_without_intervals"):
             p = getattr(self, name)
             if not 0 < p <= 1:
@@ -595,6 +607,27 @@ def _step_against_trend(y: FloatArray, w: FloatArray, split: int) -> tuple[float
     return z, rss([0, 1]) - rss([0, 2])
 
 
+def _rank_sum_p(a: FloatArray, b: FloatArray) -> float:
+    """Two-sided p-value of the Wilcoxon rank-sum (Mann-Whitney) test of a against b: exact
+    where a sample has at most 8 points and there are no ties (scipy), otherwise the normal
+    approximation with tie and continuity corrections (as scipy's, without its overhead)."""
+    n1, n2 = a.size, b.size
+    both = np.concatenate([a, b])
+    ranks = stats.rankdata(both)
+    _, counts = np.unique(both, return_counts=True)
+    tied = bool(np.any(counts > 1))
+    if min(n1, n2) <= 8 and not tied:
+        return float(stats.mannwhitneyu(a, b, alternative="two-sided", method="exact").pvalue)
+    n = n1 + n2
+    u = float(np.sum(ranks[:n1])) - n1 * (n1 + 1) / 2
+    ties = float(np.sum(counts.astype(np.float64) ** 3 - counts))
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(var)
+    return float(min(1.0, 2 * special.ndtr(-z)))
+
+
 def _two_sided_t(z: float, dof: float) -> float:
     return float(2 * special.stdtr(dof, -abs(z)))
 
@@ -649,6 +682,8 @@ def _evaluate(fit: _Fit, lo: int, index: int, hi: int, settings: DetectorSetting
         scale = abs(before) if before != 0 else 1.0
         ci = (rel - q * se / scale, rel + q * se / scale)
     passed = p <= settings.max_p_value and abs(rel) >= settings.min_relative_change
+    if passed and settings.rank_test:
+        passed = _rank_sum_p(fit.y[lo:index], fit.y[index:hi]) * splits <= settings.max_rank_p
     trend_p = 0.0  # not needed unless the step passed the rest
     if passed and settings.drift_guard and hi - lo > 3:
         zt, jump_over_ramp = _step_against_trend(fit.y[lo:hi], fit.w[lo:hi], index - lo)
