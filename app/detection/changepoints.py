@@ -45,7 +45,8 @@ Method, and why each part is there (docs/detection.md has the measured compariso
    inflation kept) until they no longer change.
 
 Where no point has an interval, the same method runs with `DetectorSettings.without_intervals`:
-4 points a side, a stricter drift guard, no jump-over-ramp way through it, and a Wilcoxon
+4 points a side (5 for a segment between two changes), a stricter drift guard, no
+jump-over-ramp way through it, and a Wilcoxon
 rank-sum test of the two segments beside the t-test (the shift must be carried by most of
 their points, not by two or three wild runs the clipping followed).
 
@@ -97,6 +98,14 @@ class DetectorSettings:
     """Fewest points on each side of a change where no point has an interval of its own:
     the scatter is then estimated from the very points tested, and three heavy-tailed
     points in a row pass for a segment too often."""
+    min_inner_segment: int = 0
+    """Fewest points of a segment between two changes (a dip and its recovery); below
+    `min_segment` it is `min_segment`."""
+    min_inner_segment_without_intervals: int = 5
+    """The same where no point has an interval of its own: the two edges of a dip are
+    chosen together, among about n x L pairs of positions, which each edge's Bonferroni
+    factor (the splits between its neighbours, the other edge given) does not count, and
+    four runs in a row of heavy-tailed noise pass for a dip too often."""
     min_relative_change: float = 0.01
     """Smallest |after/before - 1| reported; smaller real shifts are not worth an alarm."""
     max_p_value: float = 0.001
@@ -145,6 +154,8 @@ class DetectorSettings:
         """The settings for a series of which no point has its own interval."""
         return dataclasses.replace(
             self, min_segment=max(self.min_segment, self.min_segment_without_intervals),
+            min_inner_segment=max(self.min_inner_segment,
+                                  self.min_inner_segment_without_intervals),
             min_jump_over_ramp=math.inf, rank_test=self.rank_test or
             self.rank_test_without_intervals,
             max_step_given_trend_p=min(self.max_step_given_trend_p,
@@ -158,6 +169,9 @@ class DetectorSettings:
         if self.min_segment_without_intervals < 2:
             raise SeriesError(f"min_segment_without_intervals: "
                               f"{self.min_segment_without_intervals} must be at least 2")
+        if self.min_inner_segment < 0 or self.min_inner_segment_without_intervals < 0:
+            raise SeriesError("min_inner_segment and min_inner_segment_without_intervals "
+                              "must be at least 0")
         if not self.min_jump_over_ramp >= 0:
             raise SeriesError(f"min_jump_over_ramp: {self.min_jump_over_ramp} must be at "
                               "least 0")
@@ -682,6 +696,9 @@ def _evaluate(fit: _Fit, lo: int, index: int, hi: int, settings: DetectorSetting
         scale = abs(before) if before != 0 else 1.0
         ci = (rel - q * se / scale, rel + q * se / scale)
     passed = p <= settings.max_p_value and abs(rel) >= settings.min_relative_change
+    inner = settings.min_inner_segment
+    if passed and ((lo > 0 and index - lo < inner) or (hi < fit.w.size and hi - index < inner)):
+        passed = False  # a segment between two changes, too short
     if passed and settings.rank_test:
         passed = _rank_sum_p(fit.y[lo:index], fit.y[index:hi]) * splits <= settings.max_rank_p
     trend_p = 0.0  # not needed unless the step passed the rest
