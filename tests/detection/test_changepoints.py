@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from app.detection.changepoints import (
     TEST_SCATTER_ONLY,
@@ -14,6 +15,7 @@ from app.detection.changepoints import (
     DetectorSettings,
     SeriesError,
     detect_change_points,
+    max_over_splits_p,
     moderated_variances,
     noise_scale,
 )
@@ -305,6 +307,40 @@ def test_a_2_percent_step_among_plus_minus_3_percent_points_is_found_given_enoug
     explained = rise.to_dict(explain=True)
     assert set(explained) >= {"relative_change", "relative_change_ci_low",
                               "relative_change_ci_high", "test", "p_value"}
+
+
+@pytest.mark.parametrize("b", [3.0, 3.5])
+def test_a_split_picked_among_many_is_judged_by_the_tail_of_their_maximum(b: float) -> None:
+    """The step at the split where the data jump most: its p-value is the chance that the
+    largest of the standardized steps over every split (3 points a side) is that large --
+    far below Bonferroni's p times the splits on a segment of 40 points, since neighbouring
+    splits' steps are nearly the same statistic. Checked against 100000 simulated series."""
+    length, m = 40, 3
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((100_000, length))
+    s = np.cumsum(x, axis=1)
+    k = np.arange(m, length - m + 1)
+    z = (s[:, k - 1] - k / length * s[:, -1:]) / np.sqrt(k * (length - k) / length)
+    simulated = float(np.mean(np.abs(z).max(axis=1) > b))
+    p_one = float(2 * stats.norm.sf(b))
+    sw = np.arange(length + 1, dtype=np.float64)  # equal weights, prefix sums
+    scanned = max_over_splits_p(p_one, sw, 0, length, m)
+    assert scanned == pytest.approx(simulated, rel=0.15)
+    assert scanned < p_one * k.size / 2
+    assert max_over_splits_p(p_one, sw, 0, 2 * m, m) == p_one  # one split: nothing searched
+
+
+def test_the_maximums_tail_finds_more_2_percent_steps_than_bonferroni() -> None:
+    """A 2% step between 40 runs of +-5% (1.5% scatter beside), 100 draws: found (within
+    3 runs) more often than with Bonferroni's correction (`scan_correction=False`)."""
+    bonferroni = DetectorSettings(scan_correction=False)
+    found = [0, 0]
+    for seed in range(100):
+        values, bounds = cpu_like(seed, [2.0, 1.96], 40, half=0.05, scatter=0.015)
+        for j, settings in enumerate((DetectorSettings(), bonferroni)):
+            found[j] += any(abs(c.index - 40) <= 3 for c in detect_change_points(
+                values, settings=settings, **bounds))
+    assert found[0] >= found[1] + 4
 
 
 def test_the_same_2_percent_step_on_a_few_plus_minus_5_percent_points_is_not_flagged() -> None:
