@@ -106,8 +106,8 @@ class DetectorSettings:
     `min_segment` it is `min_segment`."""
     min_inner_segment_without_intervals: int = 5
     """The same where no point has an interval of its own: the two edges of a dip are
-    chosen together, among about n x L pairs of positions, which each edge's Bonferroni
-    factor (the splits between its neighbours, the other edge given) does not count, and
+    chosen together, among about n x L pairs of positions, which each edge's correction for
+    the splits searched (between its neighbours, the other edge given) does not count, and
     four runs in a row of heavy-tailed noise pass for a dip too often."""
     min_relative_change: float = 0.01
     """Smallest |after/before - 1| reported; smaller real shifts are not worth an alarm."""
