@@ -142,9 +142,8 @@ class DetectorSettings:
     t-test's scatter is then estimated from the very points tested, and a short run of two
     or three wild points among ordinary ones passes it as a dip."""
     rank_test: bool = False
-    max_rank_p: float = 0.05
-    rank_bonferroni: bool = True
     """The rank-sum test is required (set by `without_intervals`)."""
+    max_rank_p: float = 0.05
     autocorrelation: bool = True
     """Inflate variances for the residuals' lag-1 autocorrelation where it is significant."""
     autocorrelation_p: float = 0.05
