@@ -415,9 +415,6 @@ def runs_page(request: Request, session: SessionDep, access: PageAccess) -> HTML
     return _page(request, "runs.html", runs=runs, counts=counts, limit=RUN_LIST_LIMIT)
 
 
-_flat = evidence_view.flat
-
-
 def _unserved_queues(session: Session, settings: Settings,
                      cells: list[tuple[Cell, Result | None]]) -> list[worker_service.QueueView]:
     """The queues this run's queued cells wait on that no live worker consumes."""
@@ -466,11 +463,11 @@ def run_page(
 
     return _page(
         request, "run.html", run=run, cells=[
-            {"cell": c, "result": r, "evidence": _flat(r.evidence if r else None),
+            {"cell": c, "result": r, "evidence": evidence_view.flat(r.evidence if r else None),
              "changes": changes(c, r)}
             for c, r in cells],
         counts=counts, total=total, finished=finished, live=run.status not in RUN_TERMINAL,
-        fingerprint=_flat({k: v for k, v in fingerprint.items() if k != "packages"}),
+        fingerprint=evidence_view.flat({k: v for k, v in fingerprint.items() if k != "packages"}),
         packages=sorted((fingerprint.get("packages") or {}).items()), chart=chart,
         unserved=_unserved_queues(session, settings, cells),
     )
