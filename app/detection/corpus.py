@@ -101,12 +101,16 @@ class LabelledSeries:
     ci_high: tuple[float, ...] | None = None
     kind: str = "none"  # "gpu" | "cpu" (widened corpus), "none" (legacy)
     half_width: float = 0.0  # nominal relative half-width of the points' intervals
+    # widened corpus: each point's true noise standard deviation on the log scale (its own
+    # measurement and the run-to-run scatter; an outlier's excursion not counted), which no
+    # detector is given: scripts/detection_ceiling.py's oracle uses it
+    point_sd: tuple[float, ...] | None = None
 
     def without_intervals(self) -> LabelledSeries:
         """The same series as an ingested one without samples would arrive."""
         return LabelledSeries(self.id, self.values, self.higher_is_better, self.changes,
                               self.shape, self.cv, self.drift, None, None, self.kind,
-                              self.half_width)
+                              self.half_width, self.point_sd)
 
 
 def _legacy_unit_noise(rng: np.random.Generator, shape: str, n: int) -> np.ndarray:
@@ -288,6 +292,7 @@ def generate_series(rng: np.random.Generator, series_id: str) -> LabelledSeries:
         ci_high=tuple(float(v) for v in values * np.exp(log_half)),
         kind=kind,
         half_width=half,
+        point_sd=tuple(float(v) for v in np.sqrt(sd * sd / k + scatter * scatter)),
     )
 
 

@@ -272,6 +272,23 @@ def test_consecutive_runs_sharing_a_machine_state_are_rarely_a_change() -> None:
     assert flagged <= 8
 
 
+def test_a_20_percent_drop_in_a_new_nine_point_series_is_not_taken_for_autocorrelation() -> None:
+    """Three runs, then six 20% slower, each measured to +-0.1-0.4% and scattering by about
+    1% (seed 1 of the widened corpus, w1-02006). The lag-1 autocorrelation of 9 residuals
+    around two segment means is mostly the bias of those means; its correction amplifies the
+    estimate (3x here), so its significance is judged before that amplification. Judged
+    after it, a chance 0.1 read as 0.97 and the drop's variance was inflated 19-fold."""
+    values = [1.1081, 1.0954, 1.0861, 0.8785, 0.8686, 0.8625, 0.8799, 0.8777, 0.8843]
+    half = [0.0025, 0.0024, 0.0014, 0.0019, 0.0026, 0.0036, 0.0010, 0.0025, 0.0039]
+    pairs = list(zip(values, half, strict=True))
+    found = detect_change_points(values, ci_low=[v * (1 - h) for v, h in pairs],
+                                 ci_high=[v * (1 + h) for v, h in pairs])
+    assert [(c.index, c.direction) for c in found] == [(3, "regression")]
+    assert found[0].relative_change == pytest.approx(-0.20, abs=0.01)
+    assert not detect_change_points([1.1081, 1.0954, 1.0861, 1.0985, 1.0886, 1.0925, 1.0999,
+                                     1.0977, 1.1043])  # the same runs without the drop
+
+
 # ---- points measured like a CPU cell (+-2-5% each) ------------------------------------------
 
 def cpu_like(seed: int, levels: list[float], length: int, half: float,
