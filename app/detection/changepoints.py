@@ -146,7 +146,7 @@ class DetectorSettings:
     max_rank_p: float = 0.05
     autocorrelation: bool = True
     """Inflate variances for the residuals' lag-1 autocorrelation where it is significant."""
-    autocorrelation_p: float = 0.05
+    autocorrelation_p: float = 0.1
     trend_p: float = 0.01
     """A common linear drift enters the model where its slope is significant at this level."""
     scale_prior_dof: float = 10.0
