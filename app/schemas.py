@@ -15,7 +15,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 from app.detection.policy import DetectionPolicy
 from benchmarks import model_ref
 from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
-from benchmarks.spec import ALL_OPT_LEVELS, BACKENDS, PRECISIONS, SHAPE_MODES, WEIGHTS
+from benchmarks.spec import (
+    ALL_OPT_LEVELS,
+    BACKENDS,
+    PRECISIONS,
+    SHAPE_MODES,
+    WEIGHTS,
+    CompileCache,
+)
 
 
 class StrictModel(BaseModel):
@@ -144,7 +151,7 @@ class TimingIn(StrictModel):
         default=None, ge=0, lt=0.5, description="adaptive: a decided comparison stops only "
         "once the speedup's CI half-width is at most this fraction too (default 0.003 on a "
         "GPU, 0 = none on the CPU)")
-    compile_cache: Literal["process", "host"] | None = Field(
+    compile_cache: CompileCache | None = Field(
         default=None, description="\"process\" (default): each process compiles afresh, so the "
         "interval covers what a new compile may choose; \"host\": processes share the "
         "worker's compile cache (runtime variance only: tighter, so fewer processes; blind to a "

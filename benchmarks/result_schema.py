@@ -48,6 +48,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from benchmarks.result import RESULT_SCHEMA_VERSION
+from benchmarks.spec import CompileCache
 
 # ---- bounds -------------------------------------------------------------------------------
 # Generous against what the product writes, tight against abuse. The API's body limit
@@ -261,7 +262,7 @@ class TimingPolicyDocument(Closed):
     max_processes: Int = 0
     budget_seconds: Number = 0.0
     target_half_width: Number = 0.0
-    compile_cache: Literal["process", "host"] = "process"
+    compile_cache: CompileCache = "process"
 
 
 class SpecOptions(Open):

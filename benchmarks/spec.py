@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -100,7 +101,10 @@ class TimingPolicy:
 
 
 GPU_TARGET_HALF_WIDTH = 0.003
-COMPILE_CACHES = ("process", "host")
+# Where a process finds its compiled kernels (TimingSpec.compile_cache); the one vocabulary
+# the API, the result schema and the project file validate against.
+CompileCache = Literal["process", "host"]
+COMPILE_CACHES: tuple[CompileCache, ...] = typing.get_args(CompileCache)
 
 
 def default_sides(device: str) -> str:

@@ -58,6 +58,8 @@ from typing import Annotated, Any, Literal
 import tomllib
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from benchmarks.spec import CompileCache
+
 FILE_NAME = "speedwatch.toml"
 PYPROJECT = "pyproject.toml"
 # (revision variable, branch variables) of common CI systems, in the order they are read
@@ -108,7 +110,7 @@ class TimingTable(_Table):
     budget_seconds: float | None = None
     target_half_width: float | None = None
     cuda_graphs: bool | None = None
-    compile_cache: Literal["process", "host"] | None = None
+    compile_cache: CompileCache | None = None
 
 
 class ThresholdsTable(_Table):
