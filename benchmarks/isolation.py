@@ -404,6 +404,7 @@ def run_interleaved(
     timeout_s: float,
     env: dict[str, str] | None = None,
     after_each: Callable[[], None] | None = None,
+    threshold: float | None = None,
 ) -> list[BenchResult]:
     """Measure `spec` once per interpreter, their child processes alternating.
 
@@ -416,33 +417,88 @@ def run_interleaved(
     result is that failure ("process j of K: ..."), the others' a failure that names it.
     `after_each` is called after every child (a caller's heartbeat: the whole takes
     len(pythons) * K children, longer than one cell).
+
+    With `threshold` and two interpreters (a confirmation: the first the candidate, the
+    second its baseline) the pair is measured adaptively, as `run_adaptive` measures a
+    cell: after the K pairs, one more pair at a time while the candidate's speedup against
+    the baseline's does not settle the comparison at `threshold` (`stats.decide`), up to
+    `timing.max_processes` pairs and while either side's timing seconds stay under
+    `timing.budget_seconds`. Three processes a side give t(2) intervals, 2.2 times 1.96's
+    width: one slow process on a busy machine left a 58% drop "inconclusive" (-83% to +6%).
+    Both results record `evidence.adaptive` (outcome, stopped_by, processes, the ratio).
     """
     k = max(1, spec.timing.processes)
+    adaptive = threshold is not None and len(pythons) == 2
+    k_max = max(k, spec.timing.max_processes) if adaptive else k
     started = time.monotonic()
     try:
         spec.validate()
     except SpecError as exc:
         return [_failed(spec, f"invalid spec: {exc}", "", started) for _ in pythons]
     done: list[list[BenchResult]] = [[] for _ in pythons]
-    for j in range(k):
+    decision: stats.Decision | None = None
+    stopped_by = "max_processes"
+    for j in range(k_max):
         for i, python in enumerate(pythons):
             one = _run_unit(spec, j, timeout_s=timeout_s, python=python, env=env, cwd=None)
             if after_each is not None:
                 after_each()
             if one.status != "ok":
                 one.spec = spec.to_dict()
-                one.reason = f"process {j + 1} of {k}: {one.reason or one.status}"
+                one.reason = f"process {j + 1} of {max(k, j + 1)}: {one.reason or one.status}"
                 return [one if n == i else _failed(
                     spec, f"stopped: the interleaved measurement with {pythons[i]} failed "
                     f"({one.reason})", "", started) for n in range(len(pythons))]
             done[i].append(one)
+        if not adaptive or j + 1 < k or j + 1 >= k_max:
+            continue
+        assert threshold is not None
+        decision = _pair_decision(spec, done, threshold, started)
+        if decision is not None and decision.decided:
+            stopped_by = "decided"
+            break
+        budget = spec.timing.budget_seconds
+        if budget > 0 and max(_timing_seconds(r) for r in done) >= budget:
+            stopped_by = "budget"
+            break
     merged: list[BenchResult] = []
     for results in done:
         try:
             merged.append(merge_processes(spec, results, started_monotonic=started))
         except (stats.StatsError, ResultError) as exc:
-            merged.append(_failed(spec, f"merging {k} processes: {exc}", "", started))
+            merged.append(_failed(spec, f"merging {len(results)} processes: {exc}", "",
+                                  started))
+    if adaptive and all(m.status == "ok" for m in merged):
+        assert threshold is not None
+        decision = _pair_decision(spec, done, threshold, started, merged)
+        for m, results in zip(merged, done, strict=True):
+            m.evidence["adaptive"] = {
+                "outcome": decision.outcome if decision else None,
+                "stopped_by": "decided" if decision and decision.decided else stopped_by,
+                "processes": len(results),
+                "timing_seconds": _timing_seconds(results),
+                "threshold": threshold,
+                "ratio": decision.ratio if decision else None,
+                "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
+                "interleaved_pair": True,
+            }
     return merged
+
+
+def _pair_decision(spec: BenchSpec, done: list[list[BenchResult]], threshold: float,
+                   started: float, merged: list[BenchResult] | None = None
+                   ) -> stats.Decision | None:
+    """The candidate's merged speedup (done[0]) against the baseline's (done[1])."""
+    try:
+        cand, base = merged or [merge_processes(spec, r, started_monotonic=started)
+                                for r in done]
+    except (stats.StatsError, ResultError):
+        return None
+    if cand.speedup is None or base.speedup is None or base.speedup.value <= 0:
+        return None
+    reference = stats.Reference(threshold, base.speedup.value,
+                                stats.log_half_width(base.speedup))
+    return stats.decide(cand.speedup, reference)
 
 
 def process_spec(spec: BenchSpec, index: int) -> BenchSpec:

@@ -66,16 +66,30 @@ def main() -> None:
     parser.add_argument("--precision", default="fp16")
     parser.add_argument("--width", default="64")
     parser.add_argument("--image-size", default="224")
+    parser.add_argument("--from-points", action="store_true",
+                        help="measure nothing: summarise the OUT/point-NN.json already there "
+                             "(a run the machine's hold cut short)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    import torch
+    if args.from_points:
+        device = "(read from the result documents)"
+        torch_version = "-"
+        done = sorted(args.out.glob("point-*.json"))
+    else:
+        import torch
 
-    device = (torch.cuda.get_device_name(0) if torch.cuda.is_available()
-              else f"CPU ({platform.machine()})")
+        device = (torch.cuda.get_device_name(0) if torch.cuda.is_available()
+                  else f"CPU ({platform.machine()})")
+        torch_version = str(torch.__version__)
     points = []
-    for i in range(2 * args.points):
+    for i in range(len(done) if args.from_points else 2 * args.points):
         weights = "constant" if i < args.points else "tensor"
-        r = measure(i, weights, args)
+        if args.from_points:
+            r = json.loads(done[i].read_text())[0]
+            r["_seconds"] = float("nan")
+            device = str((r.get("environment") or {}).get("gpu") or device)
+        else:
+            r = measure(i, weights, args)
         sp = r["speedup"]
         points.append({"weights": weights, "value": sp["value"], "ci_low": sp["ci_low"],
                        "ci_high": sp["ci_high"], "seconds": r["_seconds"],
@@ -89,7 +103,7 @@ def main() -> None:
     (args.out / "series.json").write_text(json.dumps({"series": [{
         "id": "resnet50/inductor/fp16/bs1/cuda", "values": values, "higher_is_better": True,
         "ci_low": lo, "ci_high": hi}]}, indent=1))
-    lines = [f"Measured on {device}, torch {torch.__version__}, "
+    lines = [f"Measured on {device}, torch {torch_version}, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.processes} "
              f"processes per point, compile cache {args.compile_cache!r}.", "",
              "| point | weights | speedup | 95% CI | half-width | seconds |",
@@ -100,6 +114,8 @@ def main() -> None:
                      f"{p['ci_high']:.4f}] | {100 * half:.3f}% | {p['seconds']:.0f} |")
     for side, sl in (("constant", slice(0, args.points)), ("tensor", slice(args.points, None))):
         x = [math.log(v) for v in values[sl]]
+        if len(x) < 2:
+            continue
         halves = sorted((math.log(h) - math.log(lo_)) / 2 for lo_, h in zip(lo[sl], hi[sl],
                                                                              strict=True))
         var = [(h / 1.96) ** 2 for h in ((math.log(h_) - math.log(l_)) / 2
@@ -117,7 +133,7 @@ def main() -> None:
             f"{100 * (c.ci_low or 0):+.2f}%, {100 * (c.ci_high or 0):+.2f}%] "
             f"p {c.p_value or 0:.2g}"
             for c in found) or "no change point"))
-        for n in range(args.points + 3, 2 * args.points + 1):
+        for n in range(args.points + 3, len(values) + 1):
             # online: the first prefix that reports the step
             pre = detect_change_points(values[:n], **{k: v[:n] for k, v in kw.items()})  # type: ignore[arg-type]
             if any(c.index == args.points for c in pre):

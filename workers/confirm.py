@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     """Measure the pair and store both results; "done", "failed" or "already-finished"."""
     from app.db import session_scope
+    from app.services.confirmation import pair_threshold
     from app.services.runs import claim_cell, fail_cell, record_result
     from benchmarks.isolation import run_interleaved
     from workers.environments import in_use
@@ -37,6 +38,7 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     with session_scope(settings) as session:
         specs = [claim_cell(session, cell_id, settings=settings) for cell_id in ids]
         envs = [_cell_environment(session, cell_id) for cell_id in ids]
+        threshold = pair_threshold(session, pair)
         if any(spec is None for spec in specs):
             for cell_id, spec in zip(ids, specs, strict=True):
                 if spec is not None:
@@ -53,7 +55,8 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
         with in_use(pythons):  # no eviction while they measure
             results = run_interleaved(
                 spec, pythons, timeout_s=float(settings.cell_timeout_seconds),
-                env=model_env(settings), after_each=lambda: _heartbeat(ids, settings))
+                env=model_env(settings), after_each=lambda: _heartbeat(ids, settings),
+                threshold=threshold)
         for result, env, python in zip(results, envs, pythons, strict=True):
             _annotate(result, env, python)
         with session_scope(settings) as session:

@@ -49,6 +49,7 @@ from app.models import RUN_TERMINAL, Cell, Result, Run
 from app.services import after_commit
 from app.services.common import canonical_hash, spec_hash
 from app.services.documents import result_document
+from app.services.policy import project_policy
 from benchmarks.spec import BenchSpec
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,18 @@ class ConfirmationPair:
     baseline_cell_id: int
 
 
+def pair_threshold(session: Session, pair: ConfirmationPair) -> float | None:
+    """The threshold the pair is judged at (the confirmed cell's series threshold under its
+    project's policy), which its measurement must settle; None if the cells are gone."""
+    cell = session.get(Cell, pair.candidate_cell_id)
+    run = session.get(Run, cell.run_id) if cell is not None else None
+    confirmed = (session.get(Cell, run.confirms_cell_id)
+                 if run is not None and run.confirms_cell_id is not None else None)
+    if cell is None or run is None or confirmed is None:
+        return None
+    return project_policy(run.project).threshold_for(confirmed.series_key)
+
+
 def confirmation_pair(session: Session, cell_id: int) -> ConfirmationPair | None:
     """The pair a confirm cell belongs to; None if `cell_id` is not a confirm cell."""
     cell = session.get(Cell, cell_id)
@@ -208,7 +221,7 @@ def confirmation_outcome(
         results[side] = row
     cand, base = results["candidate"], results["baseline"]
     base_run = session.get(Run, base.run_id)
-    processes = BenchSpec.from_dict(cells["candidate"].spec).timing.processes
+    processes = _processes(cand) or BenchSpec.from_dict(cells["candidate"].spec).timing.processes
     cand_doc = result_document(cand, cells["candidate"].series_key, cells["candidate"].spec)
     base_doc = result_document(base, cells["baseline"].series_key, cells["baseline"].spec)
     try:
@@ -221,6 +234,13 @@ def confirmation_outcome(
     except VerdictError as exc:
         return ConfirmationOutcome(None, f"the re-measure cannot be judged: {exc}")
     return ConfirmationOutcome(verdict.verdict, verdict.reasons[0])
+
+
+def _processes(row: Result) -> int | None:
+    """How many processes a re-measured side took (adaptive pairs add some)."""
+    evidence = row.evidence if isinstance(row.evidence, dict) else {}
+    per_process = evidence.get("processes")
+    return len(per_process) if isinstance(per_process, list) and per_process else None
 
 
 def forget_pending(session: Session) -> None:

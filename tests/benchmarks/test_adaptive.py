@@ -8,12 +8,18 @@ processes of a tiny model (eager against eager, so the speedup is about 1).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
-from benchmarks.isolation import AdaptiveMeasurement, run_adaptive, run_adaptive_interleaved
+from benchmarks.isolation import (
+    AdaptiveMeasurement,
+    run_adaptive,
+    run_adaptive_interleaved,
+    run_interleaved,
+)
 from benchmarks.result import BenchResult, Speedup
 from benchmarks.spec import BenchSpec, SpecError, default_timing
 from benchmarks.stats import PROCESSES_METHOD, Reference, StatsError, decide, ratio_interval
@@ -195,3 +201,55 @@ def test_a_measurement_of_an_invalid_spec_is_done_before_it_starts() -> None:
     m = AdaptiveMeasurement(spec, reference_for=lambda _f: None, timeout_s=1)
     assert m.done and m.result().status == "failed"
     assert "batch_size" in (m.result().reason or "")
+
+
+# ---- a confirmation's pair: candidate and baseline interleaved, adaptive over pairs --------
+
+@pytest.mark.slow
+def test_a_pair_decided_at_its_minimum_stops_there(tiny_spec: SpecFactory) -> None:
+    """Eager against eager on both sides: the two speedups agree, and at a 90% threshold
+    two pairs settle it (a pass), as a confirmation that finds nothing should stop."""
+    results = run_interleaved(adaptive_spec(tiny_spec, 2, 5), [sys.executable] * 2,
+                              timeout_s=300, threshold=0.9)
+    assert [r.status for r in results] == ["ok", "ok"], [r.reason for r in results]
+    for r in results:
+        adaptive = r.evidence["adaptive"]
+        assert (adaptive["outcome"], adaptive["stopped_by"], adaptive["processes"]) == (
+            "pass", "decided", 2)
+        assert adaptive["interleaved_pair"] is True and adaptive["threshold"] == 0.9
+        assert len(r.evidence["processes"]) == 2
+
+
+@pytest.mark.slow
+def test_an_undecided_pair_adds_pairs_up_to_the_process_limit(tiny_spec: SpecFactory) -> None:
+    """At threshold 0 no interval of the ratio can clear 1 - 0: the pair keeps adding one
+    process a side, alternating, until the limit; both sides took as many."""
+    results = run_interleaved(adaptive_spec(tiny_spec, 2, 3), [sys.executable] * 2,
+                              timeout_s=300, threshold=0.0)
+    assert [r.status for r in results] == ["ok", "ok"], [r.reason for r in results]
+    for r in results:
+        adaptive = r.evidence["adaptive"]
+        assert (adaptive["stopped_by"], adaptive["processes"]) == ("max_processes", 3)
+        assert len(r.evidence["processes"]) == 3
+    cand, base = results
+    assert cand.started_at is not None and base.started_at is not None
+    assert cand.finished_at is not None and base.finished_at is not None
+    assert cand.started_at < base.started_at < cand.finished_at < base.finished_at
+
+
+@pytest.mark.slow
+def test_the_timing_budget_stops_an_undecided_pair(tiny_spec: SpecFactory) -> None:
+    results = run_interleaved(adaptive_spec(tiny_spec, 2, 8, budget=0.001),
+                              [sys.executable] * 2, timeout_s=300, threshold=0.0)
+    assert [r.evidence["adaptive"]["stopped_by"] for r in results] == ["budget", "budget"]
+    assert [r.evidence["adaptive"]["processes"] for r in results] == [2, 2]
+
+
+@pytest.mark.slow
+def test_without_a_threshold_a_pair_is_the_fixed_number_of_processes(
+    tiny_spec: SpecFactory,
+) -> None:
+    results = run_interleaved(adaptive_spec(tiny_spec, 2, 6), [sys.executable] * 2,
+                              timeout_s=300)
+    assert [len(r.evidence["processes"]) for r in results] == [2, 2]
+    assert all("adaptive" not in r.evidence for r in results)
