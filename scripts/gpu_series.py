@@ -74,6 +74,7 @@ def main() -> None:
     if args.from_points:
         device = "(read from the result documents)"
         torch_version = "-"
+        measured_at = "-"
         done = sorted(args.out.glob("point-*.json"))
     else:
         import torch
@@ -81,13 +82,18 @@ def main() -> None:
         device = (torch.cuda.get_device_name(0) if torch.cuda.is_available()
                   else f"CPU ({platform.machine()})")
         torch_version = str(torch.__version__)
+        measured_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     points = []
     for i in range(len(done) if args.from_points else 2 * args.points):
         weights = "constant" if i < args.points else "tensor"
         if args.from_points:
             r = json.loads(done[i].read_text())[0]
-            r["_seconds"] = float("nan")
-            device = str((r.get("environment") or {}).get("gpu") or device)
+            r["_seconds"] = r.get("duration_seconds") or float("nan")
+            fp = r.get("fingerprint") or {}
+            device = str(fp.get("gpu") or device)
+            torch_version = str((fp.get("packages") or {}).get("torch") or torch_version)
+            if i == 0:
+                measured_at = str(r.get("started_at") or "")[:16].replace("T", " ") + " UTC"
         else:
             r = measure(i, weights, args)
         sp = r["speedup"]
@@ -103,8 +109,7 @@ def main() -> None:
     (args.out / "series.json").write_text(json.dumps({"series": [{
         "id": "resnet50/inductor/fp16/bs1/cuda", "values": values, "higher_is_better": True,
         "ci_low": lo, "ci_high": hi}]}, indent=1))
-    lines = [f"Measured on {device}, torch {torch_version}, "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.processes} "
+    lines = [f"Measured on {device}, torch {torch_version}, from {measured_at}; {args.processes} "
              f"processes per point, compile cache {args.compile_cache!r}.", "",
              "| point | weights | speedup | 95% CI | half-width | seconds |",
              "|---|---|---|---|---|---|"]
