@@ -100,7 +100,11 @@ def request_confirmation(
         raise VerdictError(f"baseline result {baseline_result_id} is gone")
     spec = BenchSpec.from_dict(cell.spec)
     processes = max(policy.confirm_processes, spec.timing.processes)
-    spec = replace(spec, timing=replace(spec.timing, processes=processes))
+    # The pair adds processes while undecided (workers.confirm): up to the cell's own limit,
+    # and at least twice its start, since it is the last word before an alert.
+    spec = replace(spec, timing=replace(
+        spec.timing, processes=processes,
+        max_processes=max(spec.timing.max_processes, 2 * processes)))
     now = _now()
     made: list[Run] = []
     for side in SIDES:
