@@ -143,7 +143,9 @@ class DetectorSettings:
     or three wild points among ordinary ones passes it as a dip."""
     rank_test: bool = False
     """The rank-sum test is required (set by `without_intervals`)."""
-    max_rank_p: float = 0.05
+    max_rank_p: float = 0.01
+    """The rank-sum check's level (times the split points); where two short segments
+    cannot reach it at all (4 points against 4), complete separation is asked instead."""
     autocorrelation: bool = True
     """Inflate variances for the residuals' lag-1 autocorrelation where it is significant."""
     autocorrelation_p: float = 0.1
@@ -667,9 +669,13 @@ def max_over_splits_p(p: float, sw: FloatArray, lo: int, hi: int, m: int) -> flo
 
 def _rank_sum_p(a: FloatArray, b: FloatArray) -> float:
     """Two-sided p-value of the Wilcoxon rank-sum (Mann-Whitney) test of a against b: exact
-    where a sample has at most 8 points and there are no ties (scipy), otherwise the normal
-    approximation with tie and continuity corrections (as scipy's, without its overhead)."""
+    where the samples are completely separated, or where a sample has at most 8 points and
+    there are no ties (scipy); otherwise the normal approximation with tie and continuity
+    corrections (as scipy's, without its overhead), which overstates the p-value of a
+    short separated segment several-fold."""
     n1, n2 = a.size, b.size
+    if a.max() < b.min() or b.max() < a.min():
+        return _separated_p(n1, n2)  # exact, ties within a segment or not
     both = np.concatenate([a, b])
     ranks = stats.rankdata(both)
     _, counts = np.unique(both, return_counts=True)
@@ -684,6 +690,12 @@ def _rank_sum_p(a: FloatArray, b: FloatArray) -> float:
         return 1.0
     z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(var)
     return float(min(1.0, 2 * special.ndtr(-z)))
+
+
+def _separated_p(n1: int, n2: int) -> float:
+    """The rank-sum test's smallest two-sided p-value: every point of one sample beyond
+    every point of the other, one of the C(n1 + n2, n1) ways to split the points."""
+    return min(1.0, 2 / math.comb(n1 + n2, n1))
 
 
 def _two_sided_t(z: float, dof: float) -> float:
@@ -746,7 +758,12 @@ def _evaluate(fit: _Fit, lo: int, index: int, hi: int, settings: DetectorSetting
     if passed and ((lo > 0 and index - lo < inner) or (hi < fit.w.size and hi - index < inner)):
         passed = False  # a segment between two changes, too short
     if passed and settings.rank_test:
-        passed = _rank_sum_p(fit.y[lo:index], fit.y[index:hi]) * splits <= settings.max_rank_p
+        # Two short segments cannot reach a small rank-sum p-value at all (4 points against
+        # 4: 2/70 when every one of them lies beyond every other): there the check asks for
+        # that complete separation.
+        a, b = fit.y[lo:index], fit.y[index:hi]
+        floor = _separated_p(a.size, b.size) * splits * (1 + 1e-9)
+        passed = _rank_sum_p(a, b) * splits <= max(settings.max_rank_p, floor)
     trend_p = 0.0  # not needed unless the step passed the rest
     if passed and settings.drift_guard and hi - lo > 3:
         zt, jump_over_ramp = _step_against_trend(fit.y[lo:hi], fit.w[lo:hi], index - lo)
