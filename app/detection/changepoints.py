@@ -759,11 +759,11 @@ def _evaluate(fit: _Fit, lo: int, index: int, hi: int, settings: DetectorSetting
         passed = False  # a segment between two changes, too short
     if passed and settings.rank_test:
         # Two short segments cannot reach a small rank-sum p-value at all (4 points against
-        # 4: 2/70 when every one of them lies beyond every other): there the check asks for
-        # that complete separation.
+        # 4: 2/70 when every one of them lies beyond every other): complete separation, the
+        # smallest p-value there is, passes.
         a, b = fit.y[lo:index], fit.y[index:hi]
-        floor = _separated_p(a.size, b.size) * splits * (1 + 1e-9)
-        passed = _rank_sum_p(a, b) * splits <= max(settings.max_rank_p, floor)
+        p_rank = _rank_sum_p(a, b)
+        passed = p_rank * splits <= settings.max_rank_p or p_rank <= _separated_p(a.size, b.size)
     trend_p = 0.0  # not needed unless the step passed the rest
     if passed and settings.drift_guard and hi - lo > 3:
         zt, jump_over_ramp = _step_against_trend(fit.y[lo:hi], fit.w[lo:hi], index - lo)
