@@ -45,6 +45,10 @@ class Compiled:
     cuda_graph_safe: bool = True
     # extra versions worth fingerprinting (e.g. {"onnxruntime": "1.22.0"})
     versions: dict[str, str] = field(default_factory=dict)
+    # A JSON-able description of every choice the build made that could have come out
+    # otherwise (kernel configs, tactics, the optimized graph): benchmarks.build hashes it
+    # into evidence.build_fingerprint. None: the backend cannot say.
+    build_choices: Any = None
 
 
 class Backend(Protocol):
