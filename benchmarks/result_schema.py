@@ -47,6 +47,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
+from benchmarks.build import Builds
 from benchmarks.result import RESULT_SCHEMA_VERSION
 from benchmarks.spec import CompileCache
 
@@ -263,6 +264,7 @@ class TimingPolicyDocument(Closed):
     budget_seconds: Number = 0.0
     target_half_width: Number = 0.0
     compile_cache: CompileCache = "process"
+    builds: Builds = "pinned"
 
 
 class SpecOptions(Open):
