@@ -51,11 +51,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fingerprint, stats
+from benchmarks import fingerprint, host, stats
 from benchmarks.result import Accuracy, BenchResult, ResultError
 from benchmarks.spec import CHILD_SIDES, SIDE_OPTION, BenchSpec, SpecError, model_digest_of
+from benchmarks.turns import TURN_ENV, Referee, RefereeTimeout, Side, SideEnded
 
 STDERR_TAIL_BYTES = 4096
+# The CPU load guard: units of one cell measured again because other processes kept the
+# host busier than timing.max_host_load (benchmarks.host), at most this many a cell; and
+# how long to wait for the host to calm down before each.
+LOAD_REMEASURES = 2
+LOAD_WAIT_S = 3.0
 _OOM_PATTERNS = re.compile(r"out of memory|MemoryError|OutOfMemoryError|std::bad_alloc",
                            re.IGNORECASE)
 # The directory that holds the `benchmarks` package: put first on the child's PYTHONPATH so
@@ -240,6 +246,7 @@ class AdaptiveMeasurement:
         self._decision: stats.Decision | None = None
         self._stopped_by = "max_processes"
         self._final: BenchResult | None = None
+        self._remeasured: list[dict[str, Any]] = []
         try:
             spec.validate()
         except SpecError as exc:
@@ -267,6 +274,8 @@ class AdaptiveMeasurement:
                 one.reason = f"process {j + 1} (after {j} ok): {one.reason or one.status}"
             self._final = one
             return
+        if self._too_busy(one, j):
+            return
         self._results.append(one)
         if j == 0:
             try:
@@ -282,8 +291,13 @@ class AdaptiveMeasurement:
                 self._merged = merge_processes(spec, self._results,
                                                started_monotonic=self._started)
             else:  # one process: its own result, filed under the cell's spec
-                self._merged = replace(self._results[0], spec=spec.to_dict(),
-                                       evidence=dict(self._results[0].evidence))
+                only = self._results[0]
+                fp = dict(only.fingerprint)
+                load = host_load_of([only], spec.timing.max_host_load)
+                if load is not None:
+                    fp["host_load"] = load
+                self._merged = replace(only, spec=spec.to_dict(), evidence=dict(only.evidence),
+                                       fingerprint=fp)
         except (stats.StatsError, ResultError) as exc:
             self._final = _failed(spec, f"merging {len(self._results)} processes: {exc}", "",
                                   self._started)
@@ -302,6 +316,19 @@ class AdaptiveMeasurement:
             return
         if len(self._results) >= self._k_max:
             self._finish()
+
+    def _too_busy(self, one: BenchResult, j: int) -> bool:
+        """The CPU load guard: drop a unit timed beside a co-tenant past the threshold and
+        measure it again (after giving the host a moment), while re-measures are left;
+        after that a loaded unit is kept, and the result says so (merge_processes)."""
+        threshold = self.spec.timing.max_host_load
+        load = (one.fingerprint.get("host_load") or {}).get("other_cores")
+        if self.spec.device != "cpu" or not isinstance(load, (int, float)) \
+                or load <= threshold or len(self._remeasured) >= LOAD_REMEASURES:
+            return False
+        self._remeasured.append({"unit": j + 1, "other_cores": load})
+        host.wait_for_quiet(threshold, LOAD_WAIT_S)
+        return True
 
     def result(self) -> BenchResult:
         if self._final is None:
@@ -333,6 +360,8 @@ class AdaptiveMeasurement:
             "target_half_width": self.spec.timing.target_half_width or None,
             **({"reference_error": self._reference_error} if self._reference_error else {}),
         }
+        if self._remeasured and isinstance(merged.fingerprint.get("host_load"), dict):
+            merged.fingerprint["host_load"]["remeasured"] = self._remeasured
         self._final = merged
 
 
@@ -526,7 +555,7 @@ def merge_processes(
     _same_model(results)
     speedup = stats.combine_processes(
         [(r.baseline_samples_ms, r.candidate_samples_ms) for r in results],
-        resamples=policy.bootstrap_resamples, seed=policy.seed, paired=spec.sides != "split",
+        resamples=policy.bootstrap_resamples, seed=policy.seed,
     )
     base = [rd for r in results for rd in r.baseline_samples_ms]
     cand = [rd for r in results for rd in r.candidate_samples_ms]
@@ -544,6 +573,8 @@ def merge_processes(
             "candidate_median_ms": r.candidate.median_ms if r.candidate else None,
             "started_at": r.started_at,
             "finished_at": r.finished_at,
+            **({"host_other_cores": r.fingerprint["host_load"].get("other_cores")}
+               if isinstance(r.fingerprint.get("host_load"), dict) else {}),
             **({"sides": r.evidence["sides"]} if isinstance(r.evidence, dict)
                and "sides" in r.evidence else {}),
         })
@@ -561,6 +592,9 @@ def merge_processes(
     throttled = [r.fingerprint["throttled"] for r in results if "throttled" in r.fingerprint]
     if throttled:
         fp["throttled"] = any(throttled)
+    load = host_load_of(results, policy.max_host_load)
+    if load is not None:
+        fp["host_load"] = load
     peak: dict[str, int] = {}
     for r in results:
         for key, value in r.peak_memory_bytes.items():
@@ -589,6 +623,27 @@ def merge_processes(
     return merged
 
 
+def host_load_of(results: list[BenchResult], threshold: float) -> dict[str, Any] | None:
+    """The host's load over the units of one result: the mean and peak of other processes'
+    busy cores, and how many units were timed past the guard's threshold (`loaded`: any)."""
+    loads = [r.fingerprint["host_load"] for r in results
+             if isinstance(r.fingerprint.get("host_load"), dict)
+             and isinstance(r.fingerprint["host_load"].get("other_cores"), (int, float))]
+    if not loads:
+        return None
+    over = sum(1 for x in loads if x["other_cores"] > threshold)
+    return {
+        "other_cores": round(sum(x["other_cores"] for x in loads) / len(loads), 3),
+        "peak_cores": round(max(float(x.get("peak_cores") or x["other_cores"])
+                                for x in loads), 3),
+        "cores": loads[0].get("cores"),
+        "threshold": threshold,
+        "units": len(loads),
+        "units_loaded": over,
+        "loaded": over > 0,
+    }
+
+
 def _same_model(results: list[BenchResult]) -> None:
     """Refuse to merge processes that built different models (a factory that does not
     build the same model each time): their samples would not measure one thing. Raises
@@ -608,27 +663,104 @@ def _run_unit(
     env: dict[str, str] | None, cwd: str | None,
 ) -> BenchResult:
     """Measure unit `index` (0-based) of `spec`: one child process timing both sides, or,
-    for `options.sides == "split"`, two children, one per side (baseline first in even
-    units, candidate first in odd ones: B C, C B, B C, ...), joined into one result whose
-    speedup pairs their rounds unpaired (`join_sides`). A child that does not end ok ends
-    the unit with its reason, naming its side."""
+    for `options.sides == "split"`, two children alive together, one per side, taking
+    turns round by round under a referee (benchmarks.turns; baseline first in even units,
+    candidate first in odd ones), joined into one result whose speedup pairs their rounds
+    (`join_sides`). A child that does not end ok ends the unit with its reason, naming its
+    side. Either way `fingerprint.host_load` says how busy other processes kept the host
+    while the unit was timed (benchmarks.host)."""
     one = process_spec(spec, index)
     if spec.sides != "split":
         return _run_one(one, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
+    return _run_turns(one, index, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
+
+
+def _run_turns(
+    one: BenchSpec, index: int, *, timeout_s: float, python: str,
+    env: dict[str, str] | None, cwd: str | None,
+) -> BenchResult:
+    """A split unit: both sides' children at once, refereed (see _run_unit)."""
     order = CHILD_SIDES if index % 2 == 0 else tuple(reversed(CHILD_SIDES))
-    children: dict[str, BenchResult] = {}
+    started = time.monotonic()
+    # the two sides never time at once, so they share the one core a side would get
+    pin = host.pin_cores(one.device, one.threads)
+    children: dict[str, _Child] = {}
+    sides: list[Side] = []
+    with tempfile.TemporaryDirectory(prefix="speedwatch-bench-") as tmp:
+        try:
+            for side in order:
+                to_child_r, to_child_w = os.pipe()
+                from_child_r, from_child_w = os.pipe()
+                try:
+                    child = _launch(
+                        replace(one, options={**one.options, SIDE_OPTION: side}),
+                        Path(tmp) / side, python=python, env=env, cwd=cwd, pin=pin,
+                        extra_env={TURN_ENV: f"{to_child_r},{from_child_w}"},
+                        pass_fds=(to_child_r, from_child_w))
+                finally:
+                    os.close(to_child_r)
+                    os.close(from_child_w)
+                if isinstance(child, BenchResult):  # could not start
+                    os.close(to_child_w)
+                    os.close(from_child_r)
+                    child.reason = f"{side} side: {child.reason}"
+                    child.spec = one.to_dict()
+                    return child
+                children[side] = child
+                sides.append(Side(side, child.proc.pid, to_child_w, from_child_r))
+            deadline = started + 2 * timeout_s
+            monitor = host.LoadMonitor(pids=lambda: [c.proc.pid for c in children.values()])
+            ended: str | None = None
+            refereed = None
+            with monitor:
+                try:
+                    refereed = Referee(sides, one.timing, deadline=deadline).run()
+                except SideEnded as exc:
+                    ended = exc.side
+                except RefereeTimeout:
+                    ended = "timeout"
+                if ended is None:
+                    for child in children.values():
+                        child.wait(max(1.0, deadline - time.monotonic()))
+            if ended == "timeout" or any(c.timed_out for c in children.values()):
+                for child in children.values():
+                    child.kill()
+                return _failed(one, f"timed out after {2 * timeout_s:g}s (two sides taking "
+                               "turns)", "", started)
+            if ended is not None:
+                children[ended].wait(30.0)
+                for name, child in children.items():
+                    if name != ended:
+                        child.kill()
+                result = children[ended].finish(started)
+                if result.status == "ok":  # it stopped early of its own accord
+                    result = _failed(one, "ended before the referee said stop", "", started)
+                result.spec = one.to_dict()
+                result.reason = f"{ended} side: {result.reason or result.status}"
+                return result
+            results = {name: child.finish(started) for name, child in children.items()}
+        finally:
+            for side_ends in sides:
+                for fd in (side_ends.to_child, side_ends.from_child):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            for child in children.values():
+                child.kill()
     for side in order:
-        child = _run_one(replace(one, options={**one.options, SIDE_OPTION: side}),
-                         timeout_s=timeout_s, python=python, env=env, cwd=cwd)
-        if child.status != "ok":
-            child.spec = one.to_dict()
-            child.reason = f"{side} side: {child.reason or child.status}"
-            return child
-        children[side] = child
+        if results[side].status != "ok":
+            bad = results[side]
+            bad.spec = one.to_dict()
+            bad.reason = f"{side} side: {bad.reason or bad.status}"
+            return bad
     try:
-        return join_sides(one, children["baseline"], children["candidate"], order=list(order))
+        joined = join_sides(one, results["baseline"], results["candidate"], order=list(order))
     except (stats.StatsError, ResultError) as exc:
         return _failed(one, f"joining the two sides: {exc}", "", time.monotonic())
+    assert refereed is not None
+    load = monitor.load(refereed.started, refereed.finished)
+    if load is not None:
+        joined.fingerprint["host_load"] = load.to_dict()
+    return joined
 
 
 def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *,
@@ -636,7 +768,8 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
     """One unit's result from the two children of a split measurement.
 
     Samples, summary and memory of each side from its own child; the speedup is the ratio
-    of their medians with an unpaired round bootstrap (`stats.speedup_ci(paired=False)`);
+    of their medians with a paired round bootstrap (round i of the two children ran back
+    to back under the referee: benchmarks.turns);
     accuracy, compile time, backend evidence and fingerprint from the candidate's child
     (it built both models), NVML readings from the first and last child; kernels per
     inference of each side from its own child; `evidence.sides` says which child timed
@@ -651,8 +784,7 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
                           f"candidate {tc.get('mode')}): measure with sides=paired")
     policy = spec.timing
     speedup = stats.speedup_ci(baseline.baseline_samples_ms, candidate.candidate_samples_ms,
-                               resamples=policy.bootstrap_resamples, seed=policy.seed,
-                               paired=False)
+                               resamples=policy.bootstrap_resamples, seed=policy.seed)
     evidence = dict(candidate.evidence)
     evidence["timing"] = {
         **tc,
@@ -662,6 +794,21 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
         "cuda_graphs": {"baseline": (tb.get("cuda_graphs") or {}).get("baseline", False),
                         "candidate": (tc.get("cuda_graphs") or {}).get("candidate", False)},
     }
+    if tb.get("wall") or tc.get("wall"):
+        evidence["timing"]["wall"] = {
+            **{k: v for k, v in (tb.get("wall") or {}).items() if k.startswith("baseline")},
+            **{k: v for k, v in (tc.get("wall") or {}).items() if k.startswith("candidate")}}
+    windows = [t["window"] for t in (tb, tc) if isinstance(t.get("window"), list)]
+    if windows:
+        evidence["timing"]["window"] = [min(w[0] for w in windows), max(w[1] for w in windows)]
+    for key in ("clock_fallback",):
+        if tb.get(key) and not tc.get(key):
+            evidence["timing"][key] = tb[key]
+    if tb.get("clock") != tc.get("clock"):
+        # one side fell back to the wall clock: the other's CPU time is not comparable
+        raise ResultError(f"the sides were timed by different clocks (baseline "
+                          f"{tb.get('clock')}, candidate {tc.get('clock')}): "
+                          f"{tb.get('clock_fallback') or tc.get('clock_fallback')}")
     evidence["timing"].pop("side", None)
     evidence["sides"] = {
         "order": order,
@@ -737,6 +884,80 @@ def _fresh_compile_caches(child_env: dict[str, str], tmp: Path,
             child_env[name] = str(tmp / name.lower())
 
 
+class _Child:
+    """One benchmark child process: started by `_launch`, ended by `finish`."""
+
+    def __init__(self, spec: BenchSpec, proc: subprocess.Popen[bytes], out_path: Path,
+                 log_path: Path) -> None:
+        self.spec, self.proc, self.out_path, self.log_path = spec, proc, out_path, log_path
+        self.timed_out = False
+
+    def wait(self, timeout_s: float) -> None:
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.timed_out = True
+            self.kill()
+
+    def kill(self) -> None:
+        """The child and anything it spawned (compile workers) must not outlive it."""
+        _kill_group(self.proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+
+    def finish(self, started: float, timeout_s: float | None = None) -> BenchResult:
+        """Its result document, or a failure saying how it ended."""
+        self.kill()
+        tail = _tail(self.log_path)
+        if self.timed_out:
+            return _failed(self.spec, f"timed out after {timeout_s or 0:g}s", tail, started)
+        returncode = self.proc.returncode
+        if returncode == 0 and self.out_path.exists():
+            try:
+                result = BenchResult.from_json(self.out_path.read_text(encoding="utf-8"))
+            except (ResultError, OSError, UnicodeDecodeError) as exc:
+                return _failed(self.spec, f"child wrote an invalid result: {exc}", tail,
+                               started)
+            if result.status != "ok" and result.stderr_tail is None and tail:
+                result.stderr_tail = tail
+            return result
+        return _failed(self.spec, explain_exit(returncode, tail), tail, started)
+
+
+def _launch(
+    spec: BenchSpec, workdir: Path, *, python: str, env: dict[str, str] | None,
+    cwd: str | None, pin: list[int], extra_env: dict[str, str] | None = None,
+    pass_fds: tuple[int, ...] = (),
+) -> _Child | BenchResult:
+    """Start `python -m benchmarks.child` for `spec` in its own session (its files under
+    `workdir`), or the failure saying why it could not start."""
+    started = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ)
+    if env:
+        child_env.update(env)
+    child_env["SPEEDWATCH_SUPERVISOR_PID"] = str(os.getpid())  # see child.die_with_supervisor
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_PACKAGE_ROOT, child_env.get("PYTHONPATH", "")) if p
+    )
+    child_env[host.PIN_ENV] = ",".join(str(c) for c in pin)
+    child_env.update(extra_env or {})
+    spec_path, out_path, log_path = (workdir / n for n in ("spec.json", "out.json",
+                                                           "child.log"))
+    spec_path.write_text(spec.to_json(), encoding="utf-8")
+    if spec.timing.compile_cache == "process":
+        _fresh_compile_caches(child_env, workdir, env)
+    cmd = [python, "-m", "benchmarks.child", str(spec_path), str(out_path)]
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=child_env, cwd=cwd,
+                                    start_new_session=True, pass_fds=pass_fds)
+        except OSError as exc:
+            return _failed(spec, f"cannot start {python}: {exc}", "", started)
+    return _Child(spec, proc, out_path, log_path)
+
+
 def _run_one(
     spec: BenchSpec,
     *,
@@ -746,45 +967,21 @@ def _run_one(
     cwd: str | None,
 ) -> BenchResult:
     started = time.monotonic()
-    child_env = dict(os.environ)
-    if env:
-        child_env.update(env)
-    child_env["SPEEDWATCH_SUPERVISOR_PID"] = str(os.getpid())  # see child.die_with_supervisor
-    child_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (_PACKAGE_ROOT, child_env.get("PYTHONPATH", "")) if p
-    )
     with tempfile.TemporaryDirectory(prefix="speedwatch-bench-") as tmp:
-        spec_path, out_path, log_path = (Path(tmp) / n for n in ("spec.json", "out.json",
-                                                                 "child.log"))
-        spec_path.write_text(spec.to_json(), encoding="utf-8")
-        if spec.timing.compile_cache == "process":
-            _fresh_compile_caches(child_env, Path(tmp), env)
-        cmd = [python, "-m", "benchmarks.child", str(spec_path), str(out_path)]
-        with open(log_path, "wb") as log:
-            try:
-                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=child_env, cwd=cwd,
-                                        start_new_session=True)
-            except OSError as exc:
-                return _failed(spec, f"cannot start {python}: {exc}", "", started)
-            try:
-                returncode = proc.wait(timeout=timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
-                proc.wait()
-                returncode, timed_out = proc.returncode, True
-            # Leftover helpers (compile workers) of a finished child must not outlive it.
-            _kill_group(proc.pid)
-        tail = _tail(log_path)
-        if timed_out:
-            return _failed(spec, f"timed out after {timeout_s:g}s", tail, started)
-        if returncode == 0 and out_path.exists():
-            try:
-                result = BenchResult.from_json(out_path.read_text(encoding="utf-8"))
-            except (ResultError, OSError, UnicodeDecodeError) as exc:
-                return _failed(spec, f"child wrote an invalid result: {exc}", tail, started)
-            if result.status != "ok" and result.stderr_tail is None and tail:
-                result.stderr_tail = tail
-            return result
-        return _failed(spec, explain_exit(returncode, tail), tail, started)
+        child = _launch(spec, Path(tmp), python=python, env=env, cwd=cwd,
+                        pin=host.pin_cores(spec.device, spec.threads))
+        if isinstance(child, BenchResult):
+            return child
+        proc = child.proc
+        monitor = host.LoadMonitor(pids=lambda: [proc.pid])
+        with monitor:
+            child.wait(timeout_s)
+        result = child.finish(started, timeout_s)
+    window = (result.evidence.get("timing") or {}).get("window") \
+        if isinstance(result.evidence, dict) else None
+    if result.status == "ok":
+        load = monitor.load(*window) if isinstance(window, list) and len(window) == 2 \
+            else monitor.load()
+        if load is not None:
+            result.fingerprint["host_load"] = load.to_dict()
+    return result

@@ -265,6 +265,7 @@ class TimingPolicyDocument(Closed):
     target_half_width: Number = 0.0
     compile_cache: CompileCache = "process"
     builds: Builds = "pinned"
+    max_host_load: Number = 0.5
 
 
 class SpecOptions(Open):

@@ -38,13 +38,14 @@ from typing import Any
 
 import torch
 
-from benchmarks import fingerprint, model_ref, stats
+from benchmarks import fingerprint, host, model_ref, stats
 from benchmarks.accuracy import compare, tolerance
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.models import build_model, example_input, model_dtype
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec, SpecError
-from benchmarks.timing import capture_cuda_graph, time_paired
+from benchmarks.timing import CUDA_CLOCK, THREAD_CLOCK, WALL_CLOCK, capture_cuda_graph, time_paired
+from benchmarks.turns import ChildTurns
 
 KERNEL_COUNT_INFERENCES = 5
 _REASON_MAX = 400
@@ -397,15 +398,23 @@ def _measure(
             evidence["cuda_graphs_fallback"] = fallback
     mode = "graphs" if all(graphs.values()) and graphs else "nographs"
 
+    # The timed thread on its own core (benchmarks.host), pinned here and not at start:
+    # compilers before this point may use every core.
+    pinned = host.apply_pin()
+    # One-thread CPU cells are timed by the thread's CPU time (benchmarks.timing).
+    cpu_clock = THREAD_CLOCK if not on_cuda and spec.threads == 1 else WALL_CLOCK
     nvml_start = fingerprint.collect_nvml() if on_cuda else None
     with _stage("timing"):
         if side is None:
             samples = time_paired(timed["baseline"], timed["candidate"], policy,
-                                  device=spec.device)
+                                  device=spec.device, cpu_clock=cpu_clock)
         else:
-            samples = time_paired(timed[side], None, policy, device=spec.device)
+            samples = time_paired(timed[side], None, policy, device=spec.device,
+                                  cpu_clock=cpu_clock, turns=ChildTurns.from_env())
             if side == "candidate":
-                samples = replace(samples, baseline_ms=[], candidate_ms=samples.baseline_ms)
+                samples = replace(samples, baseline_ms=[], candidate_ms=samples.baseline_ms,
+                                  wall_baseline_ms=[],
+                                  wall_candidate_ms=samples.wall_baseline_ms)
     nvml_end = fingerprint.collect_nvml() if on_cuda else None
     evidence["timing"] = {
         "rounds": samples.rounds,
@@ -415,7 +424,11 @@ def _measure(
         "cuda_graphs": graphs,
         "mode": mode,
         "warmup_seconds": samples.warmup_seconds,
-        "clock": "cuda_event" if on_cuda else "perf_counter_ns",
+        "clock": CUDA_CLOCK if on_cuda else samples.clock,
+        **({"clock_fallback": samples.clock_fallback} if samples.clock_fallback else {}),
+        **({"wall": wall} if (wall := samples.wall_record()) else {}),
+        **({"window": list(samples.window)} if samples.window else {}),
+        **({"pinned_cores": pinned} if pinned else {}),
         **({"side": side} if side is not None else {}),
     }
 
