@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import typing
+from pathlib import Path
 from typing import Any, Literal
 
 # How builds make their timing-based choices (TimingPolicy.builds):
@@ -38,3 +40,16 @@ def fingerprint(choices: Any) -> str | None:
         return None
     text = json.dumps(choices, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:FINGERPRINT_HEX]
+
+
+TUNING_CACHE_ENV = "SPEEDWATCH_TUNING_CACHE_DIR"
+
+
+def tuning_cache_dir(environ: dict[str, str] | None = None) -> Path:
+    """Where a host keeps the choices its builds timed once, for every later build to reuse
+    (TensorRT's timing cache, inductor's autotuning under max-autotune): the directory
+    `SPEEDWATCH_TUNING_CACHE_DIR` names, else ~/.cache/speedwatch/tuning. Each cache
+    beneath it is keyed by what decides its entries (compiler version, GPU)."""
+    env = os.environ if environ is None else environ
+    named = env.get(TUNING_CACHE_ENV)
+    return Path(named) if named else Path.home() / ".cache" / "speedwatch" / "tuning"

@@ -51,7 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fingerprint, host, stats
+from benchmarks import build, fingerprint, host, stats
 from benchmarks.result import Accuracy, BenchResult, ResultError
 from benchmarks.spec import CHILD_SIDES, SIDE_OPTION, BenchSpec, SpecError, model_digest_of
 from benchmarks.turns import TURN_ENV, Referee, RefereeTimeout, Side, SideEnded
@@ -575,6 +575,8 @@ def merge_processes(
             "finished_at": r.finished_at,
             **({"host_other_cores": r.fingerprint["host_load"].get("other_cores")}
                if isinstance(r.fingerprint.get("host_load"), dict) else {}),
+            **({"build_fingerprint": r.evidence["build_fingerprint"]}
+               if isinstance(r.evidence, dict) and r.evidence.get("build_fingerprint") else {}),
             **({"sides": r.evidence["sides"]} if isinstance(r.evidence, dict)
                and "sides" in r.evidence else {}),
         })
@@ -586,6 +588,7 @@ def merge_processes(
         evidence["timing"] = timing
     evidence["processes"] = per_process
     evidence["ci_method"] = speedup.method
+    _merge_builds(evidence, per_process)
     fp = dict(first.fingerprint)
     if "nvml_end" in last.fingerprint:
         fp["nvml_end"] = last.fingerprint["nvml_end"]
@@ -621,6 +624,27 @@ def merge_processes(
     )
     merged.check()
     return merged
+
+
+def _merge_builds(evidence: dict[str, Any], per_process: list[dict[str, Any]]) -> None:
+    """Whether the processes ran one build: a single fingerprint stays the result's; several
+    (builds as shipped, each timing its own choices) give the result a fingerprint of the
+    set, and `evidence.build` counts them and gives the spread of the processes' speedups
+    (max - min over the median): what a fresh build may cost or gain."""
+    prints = [p.get("build_fingerprint") for p in per_process]
+    known = [fp for fp in prints if fp]
+    if not known:
+        return
+    distinct = sorted(set(known))
+    build_record = dict(evidence.get("build") or {})
+    build_record["distinct"] = len(distinct)
+    if len(distinct) > 1:
+        evidence["build_fingerprint"] = build.fingerprint(distinct)
+        speedups = [p["speedup"] for p in per_process if isinstance(p.get("speedup"), float)]
+        if len(speedups) > 1:
+            middle = sorted(speedups)[len(speedups) // 2]
+            build_record["spread"] = (max(speedups) - min(speedups)) / middle
+    evidence["build"] = build_record
 
 
 def host_load_of(results: list[BenchResult], threshold: float) -> dict[str, Any] | None:
@@ -884,6 +908,21 @@ def _fresh_compile_caches(child_env: dict[str, str], tmp: Path,
             child_env[name] = str(tmp / name.lower())
 
 
+def _host_tuning_cache(spec: BenchSpec, child_env: dict[str, str],
+                       explicit: dict[str, str] | None) -> None:
+    """Pinned builds of inductor's max-autotune modes time their candidates once per host:
+    every process reads and adds to one inductor cache in the host's tuning directory
+    (benchmarks.build.tuning_cache_dir), whose entries inductor keys by its version, the
+    device and the graph. A cache the caller names in `env` is kept."""
+    from benchmarks.backends.inductor import AUTOTUNE_MODES
+
+    if spec.backend != "inductor" or spec.timing.builds != "pinned" \
+            or spec.opt_level not in AUTOTUNE_MODES:
+        return
+    if explicit is None or "TORCHINDUCTOR_CACHE_DIR" not in explicit:
+        child_env["TORCHINDUCTOR_CACHE_DIR"] = str(build.tuning_cache_dir() / "inductor")
+
+
 class _Child:
     """One benchmark child process: started by `_launch`, ended by `finish`."""
 
@@ -947,6 +986,7 @@ def _launch(
     spec_path.write_text(spec.to_json(), encoding="utf-8")
     if spec.timing.compile_cache == "process":
         _fresh_compile_caches(child_env, workdir, env)
+    _host_tuning_cache(spec, child_env, env)
     cmd = [python, "-m", "benchmarks.child", str(spec_path), str(out_path)]
     with open(log_path, "wb") as log:
         try:

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from benchmarks import fingerprint, host, model_ref, stats
+from benchmarks import build, fingerprint, host, model_ref, stats
 from benchmarks.accuracy import compare, tolerance
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.models import build_model, example_input, model_dtype
@@ -449,6 +449,11 @@ def _measure(
             evidence["kernels_per_inference_error"] = one_line(exc)
     if compiled is not None:
         evidence.update(compiled.evidence)
+        # what the build chose, hashed (benchmarks.build): equal fingerprints, same code
+        evidence["build"] = {"mode": policy.builds}
+        if compiled.build_choices is not None:
+            evidence["build_fingerprint"] = build.fingerprint(compiled.build_choices)
+            evidence["build_choices"] = compiled.build_choices
 
     fp = fingerprint.finish(_safe_collect(spec.device), nvml_start, nvml_end)
     if compiled is not None and compiled.versions:

@@ -207,10 +207,41 @@ def _providers(spec: BenchSpec) -> list[Any]:
         # Run on torch's current stream so the image torch produced is ready when ORT reads
         # it and the output is ordered before torch's next use, without a device sync here.
         stream = torch.cuda.current_stream().cuda_stream
-        return [("CUDAExecutionProvider", {"device_id": device_id,
-                                           "has_user_compute_stream": "1",
-                                           "user_compute_stream": str(stream)})]
+        options: dict[str, Any] = {"device_id": device_id, "has_user_compute_stream": "1",
+                                   "user_compute_stream": str(stream)}
+        if spec.timing.builds == "pinned":
+            # ORT's CUDA provider times every cuDNN convolution algorithm by default
+            # (EXHAUSTIVE): a choice by noise, as PyTorch's cudnn.benchmark is; pinned
+            # builds take cuDNN's heuristics, as the eager baseline does.
+            options["cudnn_conv_algo_search"] = "HEURISTIC"
+        return [("CUDAExecutionProvider", options)]
     return ["CPUExecutionProvider"]
+
+
+def graph_choices(model: Any) -> list[Any]:
+    """The optimized graph as ORT built it, node by node: domain, op type and attributes
+    (tensor-valued ones by name only). The graph is what ORT's optimizer chose to run:
+    folds, fusions, layouts; a changed one is a changed build."""
+    out: list[Any] = []
+    for node in model.graph.node:
+        attributes: dict[str, Any] = {}
+        for attr in node.attribute:
+            value: Any
+            if attr.type == attr.INT:
+                value = attr.i
+            elif attr.type == attr.FLOAT:
+                value = round(attr.f, 6)
+            elif attr.type == attr.STRING:
+                value = attr.s.decode("utf-8", errors="replace")
+            elif attr.type == attr.INTS:
+                value = list(attr.ints)
+            elif attr.type == attr.FLOATS:
+                value = [round(f, 6) for f in attr.floats]
+            else:
+                value = "<tensor>"
+            attributes[attr.name] = value
+        out.append([node.domain or "ai.onnx", node.op_type, len(node.input), attributes])
+    return out
 
 
 class OnnxRuntimeBackend:
@@ -334,7 +365,8 @@ class OnnxRuntimeBackend:
             **quantized,
         }
         return Compiled(run=run, evidence=evidence, cuda_graph_safe=False,
-                        versions={"onnxruntime": ort.__version__, "onnx": onnx.__version__})
+                        versions={"onnxruntime": ort.__version__, "onnx": onnx.__version__},
+                        build_choices=graph_choices(optimized))
 
 
 def _quantize_static(exported: Path, example: torch.Tensor,
