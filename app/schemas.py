@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 
 from app.detection.policy import DetectionPolicy
 from benchmarks import model_ref
+from benchmarks.build import Builds
 from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
 from benchmarks.spec import (
     ALL_OPT_LEVELS,
@@ -156,6 +157,18 @@ class TimingIn(StrictModel):
         "interval covers what a new compile may choose; \"host\": processes share the "
         "worker's compile cache (runtime variance only: tighter, so fewer processes; blind to a "
         "compile landing elsewhere)")
+    builds: Builds | None = Field(
+        default=None, description="\"pinned\" (default): choices a compiler makes by timing "
+        "(inductor's autotuning, cuDNN and ONNX Runtime algorithm search, TensorRT tactics) "
+        "are made deterministically or once per host through a tuning cache, so a rebuild "
+        "runs the same code (evidence.build_fingerprint says so); \"as-shipped\": each build "
+        "times its own choices as a user's production build does, the interval covers the "
+        "spread between builds (evidence.build.spread), and the series key says "
+        "builds=as-shipped")
+    max_host_load: float | None = Field(
+        default=None, gt=0, le=4096, description="CPU cells: other processes' busy cores "
+        "(CPU seconds per second) past which a unit is measured again, at most twice a "
+        "cell, and a load that stays is recorded and named in the verdict (default 0.5)")
     bootstrap_resamples: int | None = Field(default=None, ge=100, le=100_000)
     seed: int | None = Field(default=None, ge=0)
 
@@ -412,6 +425,9 @@ class CellSpecPublic(BaseModel):
         default=0.0, description="adaptive: CI half-width a decided cell must reach too")
     compile_cache: str = Field(
         default="process", description='"process" (each process compiles afresh) or "host"')
+    builds: str = Field(default="pinned", description='"pinned" or "as-shipped"')
+    max_host_load: float = Field(
+        default=0.5, description="CPU load guard: other processes' busy cores tolerated")
 
 
 class ResultSummaryPublic(PublicModel):

@@ -310,7 +310,7 @@ class BenchSpec:
             device_class=device_class,
             threads=self.threads,
             timing_mode=timing_mode or self.requested_timing_mode,
-            options=measurement_options(self.options, self.opt_level_key),
+            options=measurement_options(self.options, self.opt_level_key, self.timing.builds),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -375,19 +375,24 @@ CHILD_SIDES = ("baseline", "candidate")
 _NOT_MEASUREMENT_OPTIONS = {"threads"}
 
 
-def measurement_options(options: dict[str, Any], opt_level: str = "default") -> str:
+def measurement_options(options: dict[str, Any], opt_level: str = "default",
+                        builds: str = "pinned") -> str:
     """Options that change what is measured, as one stable key segment ("" for none).
 
     `threads` has its own segment; options starting with "_" are harness-internal (test
     faults, the side a split child times); `sides=paired`, the default, adds nothing. A
     non-default optimization level joins the segment as `opt_level=<level>`, so every series
-    measured before the axis existed keeps its key.
+    measured before the axis existed keeps its key. Builds as shipped join it as
+    `builds=as-shipped`: their speedup is another quantity (a fresh build's, spread over
+    what its autotuner may pick; on an H100 3-5% slower at batch 32 than pinned builds),
+    so a switch starts a new series rather than a false change.
     """
     items = sorted(
         [(str(k), v) for k, v in options.items()
          if k not in _NOT_MEASUREMENT_OPTIONS and not str(k).startswith("_")
          and not (k == "sides" and v == "paired")]  # the default design: no segment
         + ([("opt_level", opt_level)] if opt_level != "default" else [])
+        + ([("builds", builds)] if builds != "pinned" else [])
     )
     return ",".join(f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
                     for k, v in items)

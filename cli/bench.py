@@ -35,6 +35,12 @@ from benchmarks.matrix import (
     run_matrix,
 )
 from benchmarks.model_ref import BUILTIN_MODELS
+from cli.timing_flags import (
+    BUILDS_HELP,
+    COMPILE_CACHE_HELP,
+    MAX_HOST_LOAD_HELP,
+    timing_flag_problem,
+)
 
 MODEL_FORMS = ("a built-in model (" + ", ".join(BUILTIN_MODELS) + "), package.module:factory "
                "(importable here: the current directory, PYTHONPATH or SPEEDWATCH_MODEL_PATH), "
@@ -100,9 +106,9 @@ def register(cli: typer.Typer) -> None:
         target_half_width: float | None = typer.Option(
             None, min=0.0, max=0.49, help="Adaptive: a decided spec stops only once its CI "
             "half-width is at most this fraction too (default 0.003 on GPU, 0 on CPU)."),
-        compile_cache: str | None = typer.Option(
-            None, help='"process" (default: each process compiles afresh, so the CI covers '
-            'what a new compile may choose) or "host" (processes share the compile cache).'),
+        compile_cache: str | None = typer.Option(None, help=COMPILE_CACHE_HELP),
+        builds: str | None = typer.Option(None, help=BUILDS_HELP),
+        max_host_load: float | None = typer.Option(None, help=MAX_HOST_LOAD_HELP),
         threshold: float = typer.Option(
             0.03, min=0.001, max=0.5, help="The regression threshold the measurement must "
             "be precise enough to judge at."),
@@ -116,7 +122,7 @@ def register(cli: typer.Typer) -> None:
         """Measure eager vs optimized backends, paired and interleaved; print a summary."""
         from dataclasses import replace
 
-        from benchmarks.spec import COMPILE_CACHES, BenchSpec, default_sides, default_timing
+        from benchmarks.spec import BenchSpec, default_sides, default_timing
 
         try:
             given: dict[str, Any] = {
@@ -124,10 +130,12 @@ def register(cli: typer.Typer) -> None:
                 "max_seconds": max_seconds, "min_rounds": min_rounds, "processes": processes,
                 "max_processes": max_processes, "budget_seconds": budget,
                 "target_half_width": target_half_width, "compile_cache": compile_cache,
+                "builds": builds, "max_host_load": max_host_load,
             }
-            if compile_cache is not None and compile_cache not in COMPILE_CACHES:
-                raise BadInput(f"--compile-cache: {compile_cache!r} is not "
-                               f"{' or '.join(COMPILE_CACHES)}")
+            problem = timing_flag_problem(compile_cache=compile_cache, builds=builds,
+                                          max_host_load=max_host_load)
+            if problem is not None:
+                raise BadInput(problem)
             policy = replace(default_timing(device),
                              **{k: v for k, v in given.items() if v is not None},
                              cuda_graphs=cuda_graphs, seed=seed)

@@ -26,7 +26,9 @@ flags read (SPEEDWATCH_URL) count as flags. Example, every key optional:
     max_processes = 6
     budget_seconds = 30                      # rounds, iters_per_round, warmup_iters,
                                              # max_seconds, target_half_width, cuda_graphs,
-                                             # compile_cache ("process" or "host")
+                                             # compile_cache ("process" or "host"),
+                                             # builds ("pinned" or "as-shipped"),
+                                             # max_host_load (cores)
     [thresholds]
     threshold = 0.03
     series = { "KEY" = 0.05 }
@@ -58,6 +60,7 @@ from typing import Annotated, Any, Literal
 import tomllib
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from benchmarks.build import Builds
 from benchmarks.spec import CompileCache
 
 FILE_NAME = "speedwatch.toml"
@@ -111,6 +114,8 @@ class TimingTable(_Table):
     target_half_width: float | None = None
     cuda_graphs: bool | None = None
     compile_cache: CompileCache | None = None
+    builds: Builds | None = None
+    max_host_load: float | None = None
 
 
 class ThresholdsTable(_Table):

@@ -30,6 +30,12 @@ from cli.client import (
     print_run,
     wait_for_run,
 )
+from cli.timing_flags import (
+    BUILDS_HELP,
+    COMPILE_CACHE_HELP,
+    MAX_HOST_LOAD_HELP,
+    timing_flag_problem,
+)
 
 
 def register(cli: typer.Typer) -> None:
@@ -125,6 +131,8 @@ SUBMIT_FLAGS = {
     "matrix.timing.budget_seconds": "--budget",
     "matrix.timing.target_half_width": "--target-half-width",
     "matrix.timing.compile_cache": "--compile-cache",
+    "matrix.timing.builds": "--builds",
+    "matrix.timing.max_host_load": "--max-host-load",
     "matrix": "the matrix (--model x --backend x --weights x --precision x --batch)",
 }
 
@@ -142,17 +150,12 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_ERROR)
 
 
-COMPILE_CACHE_HELP = (
-    '"process" (default: each process compiles afresh, so the CI covers what a new compile '
-    'may choose) or "host" (processes share the worker\'s compile cache: runtime variance '
-    "only, tighter and faster on a GPU).")
-
-
-def _check_compile_cache(value: str | None) -> None:
-    from benchmarks.spec import COMPILE_CACHES
-
-    if value is not None and value not in COMPILE_CACHES:
-        raise _fail(f"--compile-cache: {value!r} is not {' or '.join(COMPILE_CACHES)}")
+def _check_timing_flags(compile_cache: str | None, builds: str | None,
+                        max_host_load: float | None) -> None:
+    problem = timing_flag_problem(compile_cache=compile_cache, builds=builds,
+                                  max_host_load=max_host_load)
+    if problem is not None:
+        raise _fail(problem)
 
 
 # ---- speedwatch submit ---------------------------------------------------------------------
@@ -220,6 +223,8 @@ def submit(
         "this fraction too (server default 0.003 on a GPU, 0 on the CPU)."),
     compile_cache: str | None = typer.Option(
         None, help=COMPILE_CACHE_HELP),
+    builds: str | None = typer.Option(None, help=BUILDS_HELP),
+    max_host_load: float | None = typer.Option(None, help=MAX_HOST_LOAD_HELP),
     idempotency_key: str | None = typer.Option(
         None, help="Same key = same run on retry (default: identical request = same run)."
     ),
@@ -256,14 +261,16 @@ def submit(
                 ("image_size", image_size), ("width", width), ("threads", threads),
                 ("sides", sides)))
         rounds, iters_per_round, warmup, cuda_graphs, max_seconds, processes, \
-            max_processes, budget, target_half_width, compile_cache = (
+            max_processes, budget, target_half_width, compile_cache, builds, \
+            max_host_load = (
                 pf.pick(f"timing.{key}", given) for key, given in (
                     ("rounds", rounds), ("iters_per_round", iters_per_round),
                     ("warmup_iters", warmup), ("cuda_graphs", cuda_graphs),
                     ("max_seconds", max_seconds), ("processes", processes),
                     ("max_processes", max_processes), ("budget_seconds", budget),
                     ("target_half_width", target_half_width),
-                    ("compile_cache", compile_cache)))
+                    ("compile_cache", compile_cache), ("builds", builds),
+                    ("max_host_load", max_host_load)))
         project_file.warn_about_thresholds(pf, url, token, project)
     except project_file.ProjectFileError as exc:
         raise _fail(str(exc)) from None
@@ -272,7 +279,7 @@ def submit(
     try:
         if sides is not None and sides not in ("paired", "split"):
             raise _fail(f"--sides: {sides!r} is not paired or split")
-        _check_compile_cache(compile_cache)
+        _check_timing_flags(compile_cache, builds, max_host_load)
         if threads is None and device == "cpu":
             threads = 1
         matrix = MatrixOptions(device=device, image_size=image_size, width=width,
@@ -289,7 +296,8 @@ def submit(
                          "max_seconds": max_seconds, "processes": processes,
                          "max_processes": max_processes, "budget_seconds": budget,
                          "target_half_width": target_half_width,
-                         "compile_cache": compile_cache}
+                         "compile_cache": compile_cache, "builds": builds,
+                         "max_host_load": max_host_load}
         if rounds is not None:
             matrix.timing["min_rounds"] = min(rounds, 5)
         body = run_request(project=project, revision=revision, branch=branch,
@@ -371,6 +379,8 @@ def demo(
         "on a GPU, 0 on the CPU)."),
     compile_cache: str | None = typer.Option(
         None, help=COMPILE_CACHE_HELP),
+    builds: str | None = typer.Option(None, help=BUILDS_HELP),
+    max_host_load: float | None = typer.Option(None, help=MAX_HOST_LOAD_HELP),
     exit_when_done: bool = typer.Option(
         False, "--exit-when-done", help="Stop serving once the run finished (scripts, tests)."
     ),
@@ -386,7 +396,7 @@ def demo(
         raise _fail(f"--device: {device!r} is not cpu or cuda")
     if sides is not None and sides not in ("paired", "split"):
         raise _fail(f"--sides: {sides!r} is not paired or split")
-    _check_compile_cache(compile_cache)
+    _check_timing_flags(compile_cache, builds, max_host_load)
     if not _port_free(host, port):
         raise _fail(f"port {port} on {host} is in use; pass --port")
     data_dir = data_dir.resolve()
@@ -423,7 +433,8 @@ def demo(
                 "cuda_graphs": cuda_graphs, "max_seconds": max_seconds,
                 "processes": processes, "max_processes": max_processes,
                 "budget_seconds": budget, "target_half_width": target_half_width,
-                "compile_cache": compile_cache},
+                "compile_cache": compile_cache, "builds": builds,
+                "max_host_load": max_host_load},
     )
     body = run_request(project="demo", revision=f"demo-{time.strftime('%Y%m%d-%H%M%S')}",
                        branch=None, pins=[], interpreter=None, matrix=matrix, trigger="demo")

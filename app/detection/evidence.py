@@ -32,7 +32,10 @@ _EVIDENCE_NAMES = {
 _REDUNDANT = {"onnx_nodes_total", "onnx_node_domains", "onnx_exported_nodes_total",
               "onnx_graph_inputs",
               # how it was measured, told by _condition_changes or not news at all
-              "cuda_graphs_fallback", "adaptive", "processes", "ci_method", "cudnn_benchmark"}
+              "cuda_graphs_fallback", "adaptive", "processes", "ci_method", "cudnn_benchmark",
+              # told first, as "build choices changed" (_build_change)
+              "build", "build_fingerprint", "build_choices", "build_choices_error",
+              "inductor_build_knobs"}
 # Fingerprint entries worth naming when they differ (packages are handled on their own).
 _ENVIRONMENT_KEYS = ("python", "cuda", "cudnn", "driver", "gpu", "device_class")
 # Compile time is noisy; only a change this large (and at least half a second) is news.
@@ -168,6 +171,8 @@ def _environment_changes(before: Mapping[str, Any], after: Mapping[str, Any]) ->
 
 # An SM clock that moved by more than this between two results is news (boost vs base).
 _CLOCK_RELATIVE = 0.05
+# Other processes' busy cores (benchmarks.host) that moved by more than this are news.
+_LOAD_CHANGE_CORES = 0.5
 
 
 def _threads(doc: Document) -> Any:
@@ -221,12 +226,69 @@ def _condition_changes(before: Document, after: Document) -> list[EvidenceChange
     thb, tha = _throttle(fb), _throttle(fa)
     if thb != tha and (thb is not None or tha is not None):
         out.append(EvidenceChange("throttled", _fmt(thb), _fmt(tha)))
+    lb, la = _host_load(fb), _host_load(fa)
+    if lb is not None and la is not None and abs(la - lb) > _LOAD_CHANGE_CORES:
+        out.append(EvidenceChange("host load", f"{lb:.1f}", f"{la:.1f}",
+                                  "other processes' busy cores while timing"))
+    kb, ka = _clock(eb) if isinstance(eb, Mapping) else None, \
+        _clock(ea) if isinstance(ea, Mapping) else None
+    if kb and ka and kb != ka:
+        out.append(EvidenceChange("timing clock", kb, ka))
     return out
+
+
+BUILD_CHANGED = "build choices changed"
+
+
+def _build_change(before: Mapping[str, Any], after: Mapping[str, Any]) -> EvidenceChange | None:
+    """The builds' fingerprints (benchmarks.build) differ: the two results did not run the
+    same code, whatever else held still. What differs is counted where both descriptions
+    are at hand (inductor's kernels and configs, ONNX Runtime's nodes, TensorRT's layers)."""
+    fb, fa = before.get("build_fingerprint"), after.get("build_fingerprint")
+    if fb == fa or (fb is None and fa is None):
+        return None
+    return EvidenceChange(f"{BUILD_CHANGED}: fingerprint", str(fb or "unrecorded"),
+                          str(fa or "unrecorded"),
+                          _choices_diff(before.get("build_choices"), after.get("build_choices")))
+
+
+def _choices_diff(before: Any, after: Any) -> str:
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        parts = []
+        kb, ka = set(before.get("kernels") or []), set(after.get("kernels") or [])
+        if kb != ka:
+            parts.append(f"kernels {len(kb)} -> {len(ka)}, {len(kb ^ ka)} renamed or new")
+        cb, ca = before.get("triton_configs") or {}, after.get("triton_configs") or {}
+        if isinstance(cb, Mapping) and isinstance(ca, Mapping):
+            moved = sum(1 for k in set(cb) & set(ca) if cb[k] != ca[k])
+            if moved:
+                parts.append(f"{moved} kernel launch configs differ")
+        return "; ".join(parts)
+    if isinstance(before, list) and isinstance(after, list):
+        differ = sum(1 for b, a in zip(before, after, strict=False) if b != a)
+        differ += abs(len(before) - len(after))
+        return f"{differ} of {max(len(before), len(after))} layers or nodes differ"
+    return ""
+
+
+def _host_load(fingerprint: Mapping[str, Any]) -> float | None:
+    load = fingerprint.get("host_load")
+    value = load.get("other_cores") if isinstance(load, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _clock(evidence: Mapping[str, Any]) -> str | None:
+    timing = evidence.get("timing")
+    clock = timing.get("clock") if isinstance(timing, Mapping) else None
+    return str(clock) if clock else None
 
 
 def evidence_changes(before: Document, after: Document) -> list[EvidenceChange]:
     """Every difference worth telling between two results of one series, in reading order."""
-    out = _evidence_changes(_get(before, "evidence") or {}, _get(after, "evidence") or {})
+    eb, ea = _get(before, "evidence") or {}, _get(after, "evidence") or {}
+    build = _build_change(eb, ea)
+    out = [build] if build else []
+    out += _evidence_changes(eb, ea)
     for change in (
         _compile_change(_get(before, "compile_seconds"), _get(after, "compile_seconds")),
         _accuracy_change(_get(before, "accuracy"), _get(after, "accuracy")),
@@ -242,6 +304,7 @@ def evidence_sentence(before: Document, after: Document) -> str:
     """'kernels per inference 58 -> 161; torch-tensorrt 2.6.0 -> 2.7.0', or a plain 'no ...'."""
     changes = evidence_changes(before, after)
     if not changes:
-        return ("no change in fusion evidence, compile time, accuracy, environment versions "
-                "or measurement conditions (timing mode, threads, GPU, clocks, throttling)")
+        return ("no change in build choices, fusion evidence, compile time, accuracy, "
+                "environment versions or measurement conditions (timing mode and clock, "
+                "threads, GPU, clocks, throttling, host load)")
     return "; ".join(str(c) for c in changes)

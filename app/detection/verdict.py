@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -369,6 +369,10 @@ def judge_cell(
             return CellVerdict("error", (*reasons, f"cannot judge the samples: {exc}"))
         reasons.extend(speed.reasons)
     reasons.extend(measurement_notes(result))
+    if speed is not None and speed.verdict == "inconclusive":
+        cause = undecided_cause(result, baseline, threshold)
+        if cause:
+            reasons.append(cause)
     ratio = speed.ratio if speed else None
     suspect = speed.suspect if speed else False
     if accuracy or (speed and speed.verdict == "regression"):
@@ -404,7 +408,80 @@ def measurement_notes(result: BenchResult) -> list[str]:
                if stopped in ("budget", "max_processes") else
                f"measured in {k} processes ({seconds:.1f} s of timing)")
         notes.append(f"measurement: {how}")
+    load = host_load_note(result)
+    if load:
+        notes.append(load)
     return notes
+
+
+def host_load_note(result: BenchResult) -> str | None:
+    """The CPU load guard's mark, in words: a result timed beside busy co-tenants is stored
+    as such, never as a quiet measurement (benchmarks.host)."""
+    fingerprint = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
+    load = fingerprint.get("host_load")
+    if not isinstance(load, Mapping) or not load.get("loaded"):
+        return None
+    remeasured = load.get("remeasured") or []
+    again = f", {len(remeasured)} re-measured" if remeasured else ""
+    cores = f" of {load['cores']}" if load.get("cores") else ""
+    return (f"host busy: other processes kept {float(load.get('other_cores') or 0):.1f}"
+            f"{cores} cores busy while timing ({load.get('units_loaded')} of "
+            f"{load.get('units')} units past the {float(load.get('threshold') or 0):g}-core "
+            f"guard{again}); a co-tenant sharing caches and memory bandwidth can bias a CPU "
+            "speedup by several percent")
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _relative(log_half: float) -> str:
+    return f"+-{math.expm1(log_half):.1%}"
+
+
+def undecided_cause(result: BenchResult, baseline: Baseline | None,
+                    threshold: float) -> str | None:
+    """Why a comparison stayed undecided, and what would settle it, in one line: builds
+    that chose differently, a busy host, a wide baseline, or the budget or process limit
+    that ran out first."""
+    evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
+    spec = result.spec if isinstance(result.spec, Mapping) else {}
+    timing = _mapping(spec.get("timing"))
+    build = _mapping(evidence.get("build"))
+    if isinstance(build.get("distinct"), int) and build["distinct"] > 1:
+        spread = build.get("spread")
+        apart = f", their speedups {spread:.1%} apart" if isinstance(spread, float) else ""
+        return (f"why undecided: its {build['distinct']} builds chose differently{apart} "
+                "(builds as shipped): measure with --builds pinned, or allow more processes "
+                "(--max-processes) to average over builds")
+    fingerprint = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
+    load = fingerprint.get("host_load")
+    if isinstance(load, Mapping) and load.get("loaded"):
+        return (f"why undecided: the host was busy ({float(load.get('other_cores') or 0):.1f} "
+                "other cores): re-run on a quiet runner, or give benchmarks cores of their "
+                "own (SPEEDWATCH_BENCH_CORES)")
+    if result.speedup is None:
+        return None
+    own = log_half_width(result.speedup)
+    base = baseline.result.speedup if baseline and baseline.result else None
+    if base is not None and log_half_width(base) > own:
+        return (f"why undecided: the baseline's own interval ({_relative(log_half_width(base))}"
+                f") is the wider one: pin a more precise run as the baseline, or let this "
+                "run become the baseline")
+    adaptive = _mapping(evidence.get("adaptive"))
+    stopped = adaptive.get("stopped_by")
+    k = adaptive.get("processes")
+    width = f"the interval ({_relative(own)}) is too wide for a {threshold:.0%} threshold"
+    if stopped == "budget":
+        budget = timing.get("budget_seconds")
+        return (f"why undecided: {width} when the timing budget ({budget:g} s) ran out at "
+                f"{k} processes: raise --budget (or --max-seconds), or the threshold"
+                if isinstance(budget, (int, float)) else
+                f"why undecided: {width}: raise --budget")
+    if stopped == "max_processes":
+        return (f"why undecided: {width} at the process limit ({k}): raise --max-processes "
+                "(or --budget), or the threshold")
+    return f"why undecided: {width}: measure more processes (--processes), or raise the threshold"
 
 
 NOTHING_MEASURED = "no cell was measured (every cell was skipped): nothing to judge"
