@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     # A GPU worker pinned to one device waits this long for a foreign process on it to
     # leave before a cell; past that the cell is measured again later (workers.exclusivity).
     gpu_idle_wait_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # The CPU twin (benchmarks.host): a CPU cell's unit timed while other processes kept
+    # more than this many cores busy is measured again (twice at most) and a load that
+    # stays is stored with the result and named in its verdict. A request's
+    # matrix.timing.max_host_load overrides it.
+    max_host_load: float = Field(default=0.5, gt=0, le=4096)
     # True: GET endpoints answer without a token; False: they need a token with `read` scope.
     public_reads: bool = True
     # A bearer token for `/metrics` alone, checked against this setting without the

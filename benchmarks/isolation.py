@@ -838,7 +838,8 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
         "order": order,
         **{name: {"rounds": len(samples), "timing_seconds": t.get("timing_seconds"),
                   "median_ms": summary.median_ms if summary else None,
-                  "started_at": r.started_at, "finished_at": r.finished_at}
+                  "started_at": r.started_at, "finished_at": r.finished_at,
+                  "window": t.get("window")}
            for name, r, samples, summary, t in (
                ("baseline", baseline, baseline.baseline_samples_ms, baseline.baseline, tb),
                ("candidate", candidate, candidate.candidate_samples_ms, candidate.candidate, tc))},

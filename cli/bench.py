@@ -39,6 +39,7 @@ from cli.timing_flags import (
     BUILDS_HELP,
     COMPILE_CACHE_HELP,
     MAX_HOST_LOAD_HELP,
+    host_load_setting,
     timing_flag_problem,
 )
 
@@ -136,6 +137,8 @@ def register(cli: typer.Typer) -> None:
                                           max_host_load=max_host_load)
             if problem is not None:
                 raise BadInput(problem)
+            if max_host_load is None:  # the service's setting, where the shell has one
+                given["max_host_load"] = host_load_setting()
             policy = replace(default_timing(device),
                              **{k: v for k, v in given.items() if v is not None},
                              cuda_graphs=cuda_graphs, seed=seed)

@@ -30,3 +30,16 @@ def timing_flag_problem(*, compile_cache: str | None = None, builds: str | None 
     if max_host_load is not None and not 0 < max_host_load <= 4096:
         return f"--max-host-load: {max_host_load!r} is not a number of cores above 0"
     return None
+
+
+def host_load_setting() -> float | None:
+    """SPEEDWATCH_MAX_HOST_LOAD, the service's default for the load guard, where `bench`
+    (which reads no service settings) finds it set; None: the measurement core's default."""
+    import os
+
+    raw = os.environ.get("SPEEDWATCH_MAX_HOST_LOAD")
+    try:
+        value = float(raw) if raw else None
+    except ValueError:
+        return None
+    return value if value is not None and 0 < value <= 4096 else None

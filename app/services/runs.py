@@ -78,7 +78,7 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
             "matrix.device", f"{matrix.device!r} is not one of {', '.join(settings.devices())}"
         ) from None
     spec_device = "cpu" if matrix.device == "cpu" else "cuda"
-    timing = default_timing(spec_device)
+    timing = replace(default_timing(spec_device), max_host_load=settings.max_host_load)
     if matrix.timing is not None:
         timing = replace(timing, **matrix.timing.model_dump(exclude_none=True))
     if timing.min_rounds > timing.rounds:

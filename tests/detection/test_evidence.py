@@ -120,7 +120,8 @@ def test_every_changed_measurement_condition_is_named() -> None:
 def test_unchanged_conditions_say_so_and_small_clock_moves_are_not_news() -> None:
     before = measured(mode="graphs", threads=None, sm_clock=1980, throttled=False)
     after = measured(mode="graphs", threads=None, sm_clock=1965, throttled=False)
-    assert evidence_sentence(before, after).startswith("no change in fusion evidence")
+    assert evidence_sentence(before, after).startswith("no change in build choices, fusion "
+                                                       "evidence")
     assert "measurement conditions" in evidence_sentence(before, after)
 
 
