@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -42,14 +43,43 @@ def fingerprint(choices: Any) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:FINGERPRINT_HEX]
 
 
+# Tuning caches (TensorRT's timing cache, inductor's autotuning under max-autotune) live
+# here unless the environment says where:
+# one directory per host that every worker's builds share, so the first build's timed
+# choices become every later build's.
 TUNING_CACHE_ENV = "SPEEDWATCH_TUNING_CACHE_DIR"
 
 
-def tuning_cache_dir(environ: dict[str, str] | None = None) -> Path:
-    """Where a host keeps the choices its builds timed once, for every later build to reuse
-    (TensorRT's timing cache, inductor's autotuning under max-autotune): the directory
-    `SPEEDWATCH_TUNING_CACHE_DIR` names, else ~/.cache/speedwatch/tuning. Each cache
-    beneath it is keyed by what decides its entries (compiler version, GPU)."""
-    env = os.environ if environ is None else environ
-    named = env.get(TUNING_CACHE_ENV)
-    return Path(named) if named else Path.home() / ".cache" / "speedwatch" / "tuning"
+def tuning_cache_dir() -> Path:
+    """The host's tuning-cache directory: $SPEEDWATCH_TUNING_CACHE_DIR, else
+    ~/.cache/speedwatch/tuning. Outside any process's temporary directory on purpose: a
+    pinned choice must outlive the process that timed it."""
+    configured = os.environ.get(TUNING_CACHE_ENV, "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "speedwatch" / "tuning"
+
+
+def cuda_device_key() -> str:
+    """'nvidia-h100-sm90': the GPU model and compute capability of torch's current device.
+
+    A tactic timed on one GPU model says nothing about another, so tuning caches are kept
+    apart by model (benchmarks.fingerprint's device class: memory and form-factor variants
+    share one) and by compute capability, which decides the kernels there are to choose.
+    """
+    import torch
+
+    from benchmarks.fingerprint import device_class_from_gpu_name
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"{device_class_from_gpu_name(torch.cuda.get_device_name())}-sm{major}{minor}"
+
+
+def tuning_cache_file(tool: str, version: str, suffix: str) -> Path:
+    """<tuning dir>/<tool>/<version>-<device>.<suffix>: one file per compiler version and GPU.
+
+    Keyed by exactly what decides the entries, so a cache is never offered to a compiler
+    that would refuse it (another version) or to a GPU its timings do not describe.
+    """
+    safe_version = re.sub(r"[^A-Za-z0-9._+-]+", "_", version)
+    return tuning_cache_dir() / tool / f"{safe_version}-{cuda_device_key()}.{suffix}"

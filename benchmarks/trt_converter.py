@@ -41,6 +41,7 @@ what we build. The objects it returns are annotated with the `tensorrt` stubs' c
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import os
 import time
@@ -171,6 +172,7 @@ class ConversionReport:
     profile: dict[str, list[int]] | None = None  # min/opt/max input shapes when dynamic
     timing_cache_path: str | None = None
     timing_cache_loaded: bool = False
+    timing_cache_loaded_digest: str | None = None  # build_plan merges what changed since
     fold_bn: bool = False
     layer_counts: dict[str, int] = field(default_factory=dict)
     # module parameter (or derived weight) -> "weights" (trt.Weights on the layer),
@@ -207,6 +209,8 @@ class BuiltPlan:
     seconds: float
     nbytes: int
     timing_cache_saved: bool
+    # the save combined entries another build had saved since this one loaded the cache
+    timing_cache_merged: bool = False
 
 
 # --------------------------------------------------------------------------------------
@@ -317,18 +321,74 @@ def configure(
             raise ConversionError(f"TensorRT refused the optimization profile {shapes}")
         report.profile = shapes
 
-    if options.timing_cache is not None:
-        path = Path(options.timing_cache)
+    path = timing_cache_path(trt, spec, options)
+    if path is not None:
         data = path.read_bytes() if path.is_file() else b""
         cache = config.create_timing_cache(data)
         if not config.set_timing_cache(cache, False):
             raise ConversionError(f"timing cache {path}: TensorRT refused it (other version?)")
         report.timing_cache_path = str(path)
         report.timing_cache_loaded = bool(data)
+        report.timing_cache_loaded_digest = timing_cache_digest(data)
+
+
+def timing_cache_path(trt: Any, spec: BenchSpec, options: ConverterOptions) -> Path | None:
+    """The timing cache a build loads and saves, if any.
+
+    TensorRT picks each layer's tactic by timing the candidates, so timing noise alone can
+    make two builds of one network run different kernels. A timing cache replays the first
+    build's picks: pinned builds share one per host (benchmarks.build.tuning_cache_file,
+    keyed by TensorRT version and GPU), so every build there runs what the first one chose.
+    As-shipped builds get none and time afresh, as a user's fresh build does. A cache the
+    options name is used either way: sharing it is then the user's choice.
+    """
+    from benchmarks import build
+
+    if options.timing_cache is not None:
+        return Path(options.timing_cache)
+    if spec.timing.builds != "pinned":
+        return None
+    return build.tuning_cache_file("tensorrt", str(getattr(trt, "__version__", "unknown")),
+                                   "timing-cache")
+
+
+def save_timing_cache(config: tensorrt.IBuilderConfig, cache: tensorrt.ITimingCache,
+                      path: Path, loaded_digest: str | None) -> bool:
+    """Write `cache` to `path`, first combining what another build saved there since this
+    one loaded it (`loaded_digest`: of the bytes it loaded); True if that happened.
+
+    Workers on one host build at the same time from the same file: without the merge the
+    last to finish would replace the file with its own entries and drop the other's. Read,
+    combine and replace happen under a lock on a file beside the cache, so no save lands
+    between this one's read and its write; the replace is atomic, so a build that loads
+    the cache meanwhile (without the lock) reads either the old file or the new one.
+    """
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = False
+        current = path.read_bytes() if path.is_file() else b""
+        if current and timing_cache_digest(current) != loaded_digest:
+            # combine refuses another TensorRT version's or another device's cache (False):
+            # the file's name rules both out, so such a file is foreign and ours replaces it
+            merged = bool(cache.combine(config.create_timing_cache(current), False))
+        data = bytes(memoryview(cache.serialize()))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)  # atomic: a concurrent build never reads half a cache
+    return merged
+
+
+def timing_cache_digest(data: bytes) -> str:
+    """Tells whether a cache file changed since a build loaded it, without keeping the
+    bytes (a large network's cache runs to megabytes) for as long as the build takes."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def build_plan(trt: Any, report: ConversionReport) -> BuiltPlan:
-    """Build the serialized engine, timed; then save the timing cache if one was asked for."""
+    """Build the serialized engine, timed; then save the timing cache if the build has one."""
     start = time.perf_counter()
     plan = report.builder.build_serialized_network(report.network, report.config)
     seconds = time.perf_counter() - start
@@ -336,17 +396,15 @@ def build_plan(trt: Any, report: ConversionReport) -> BuiltPlan:
         errors = "; ".join(getattr(report.logger, "errors", [])[-3:])
         raise ConversionError("TensorRT could not build an engine" +
                               (f": {errors}" if errors else " (no error was logged)"))
-    saved = False
+    saved = merged = False
     if report.timing_cache_path is not None:
-        data = bytes(memoryview(report.config.get_timing_cache().serialize()))
-        path = Path(report.timing_cache_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)  # atomic: a concurrent build never reads half a cache
+        # the build added its newly timed tactics to the config's cache
+        merged = save_timing_cache(report.config, report.config.get_timing_cache(),
+                                   Path(report.timing_cache_path),
+                                   report.timing_cache_loaded_digest)
         saved = True
     return BuiltPlan(plan=plan, seconds=seconds, nbytes=memoryview(plan).nbytes,
-                     timing_cache_saved=saved)
+                     timing_cache_saved=saved, timing_cache_merged=merged)
 
 
 def refit_engine(

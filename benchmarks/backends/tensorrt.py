@@ -4,7 +4,8 @@ Options (spec.options):
 - `path`: "network" (default, benchmarks/trt_converter.py through the network definition
   API) or "onnx" (export to ONNX, then `trt.OnnxParser`).
 - `optimization_level` (0-5, default 3), `timing_cache` (file path: loaded if present,
-  saved after the build), `fold_bn` (pre-fold BN into convs), `strongly_typed`,
+  saved after the build; default: the host's cache when timing.builds is "pinned", none
+  when "as-shipped"), `fold_bn` (pre-fold BN into convs), `strongly_typed`,
   `workspace_mb`: see trt_converter.
 
 Weights: `constant` (network mode trt-2.8 unless `trt_mode` says trt-2.6), `tensor` (trt-2.7;
@@ -70,9 +71,7 @@ def engine_layer_evidence(trt: Any, engine: Any) -> dict[str, Any]:
     the operation, and "Name" joins the names of the network layers fused into it with
     " + " (a pointwise fusion reads "PWN(a, b)"). With less detail an entry is a name only.
     """
-    inspector = engine.create_engine_inspector()
-    info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
-    layers = info.get("Layers", [])
+    layers = engine_layers(trt, engine)
     details = [layer for layer in layers if isinstance(layer, dict)]
     names = [str(layer.get("Name", layer)) if isinstance(layer, dict) else str(layer)
              for layer in layers]
@@ -86,6 +85,34 @@ def engine_layer_evidence(trt: Any, engine: Any) -> dict[str, Any]:
     evidence["trt_engine_fused_layers"] = sum(len(parts) > 1 for parts in fused)
     evidence["trt_engine_network_layers_covered"] = sum(len(parts) for parts in fused)
     return evidence
+
+
+def engine_layers(trt: Any, engine: Any) -> list[Any]:
+    """The engine inspector's `Layers`, in engine order: objects with DETAILED verbosity,
+    names with less."""
+    inspector = engine.create_engine_inspector()
+    info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+    return list(info.get("Layers", []))
+
+
+# What a DETAILED entry says the build chose for an engine layer: which network layers it
+# fused ("Name"), the kernel family ("LayerType") and the tactic timing picked (TensorRT's
+# developer guide, "Engine Inspector": "TacticName" and "TacticValue", e.g. "0x11bde0e1d9f2f35d").
+CHOICE_KEYS = ("Name", "LayerType", "TacticName", "TacticValue")
+
+
+def engine_build_choices(layers: list[Any]) -> list[dict[str, Any]] | None:
+    """Per engine layer, in engine order, what the build chose (CHOICE_KEYS, where given):
+    the description benchmarks.build fingerprints, so two engines with the same fusions and
+    tactics share a fingerprint and a tactic timed differently changes it.
+
+    None when the engine was built with less than DETAILED verbosity: its layer names
+    cannot tell one tactic from another, and a fingerprint blind to tactics would vouch
+    for builds it never compared.
+    """
+    if not layers or not all(isinstance(layer, dict) for layer in layers):
+        return None
+    return [{key: layer[key] for key in CHOICE_KEYS if key in layer} for layer in layers]
 
 
 def fused_layer_names(name: str) -> list[str]:
@@ -197,6 +224,7 @@ class TensorRTBackend:
         evidence["trt_build_seconds"] = round(built.seconds, 4)
         evidence["trt_plan_bytes"] = built.nbytes
         evidence["trt_timing_cache_saved"] = built.timing_cache_saved
+        evidence["trt_timing_cache_merged"] = built.timing_cache_merged
         if spec.weights == "refit":
             start = time.perf_counter()
             if report.source_path is not None:
@@ -211,7 +239,8 @@ class TensorRTBackend:
                                dynamic=spec.shape_mode == "dynamic")
         runner(example)  # first enqueue outside any CUDA graph capture (TensorRT asks so)
         return Compiled(run=runner, evidence=evidence, cuda_graph_safe=True,
-                        versions={"tensorrt": str(getattr(trt, "__version__", "unknown"))})
+                        versions={"tensorrt": str(getattr(trt, "__version__", "unknown"))},
+                        build_choices=engine_build_choices(engine_layers(trt, engine)))
 
 
 def _parse_onnx(trt: Any, model: torch.nn.Module, example: torch.Tensor,

@@ -21,14 +21,34 @@ Every other key of spec.options is passed to the compiler as is (`optimization_l
 `min_block_size`, `workspace_size`, `use_python_runtime`, ...) if the installed
 torch_tensorrt knows it; an unknown one is refused with its name rather than ignored.
 `timing_cache` is accepted as an alias of `timing_cache_path`.
+
+Timing cache: TensorRT times each layer's candidate tactics, so two builds of one model can
+run different kernels. A pinned build (timing.builds, the default) with no cache of the
+user's loads and saves the host's own (benchmarks.build.tuning_cache_file, keyed by TensorRT
+version and GPU), through a private copy that is merged back under a lock: Torch-TensorRT
+(2.4-2.13, _TRTInterpreter) rewrites its file in place, unlocked, which a second worker
+could read half-written or overwrite. An as-shipped build passes nothing, so it gets what
+a user gets: from 2.4 on one file in the temporary directory
+(torch_tensorrt_engine_cache/timing_cache.bin) that all builds on the host share; before
+2.4 (no `timing_cache_path`) nothing, and builds cannot be pinned.
+
+Build choices: the engines' layers and tactics from each engine module's `get_layer_info()`
+(the engine inspector's JSON, in both runtimes from 2.4 to 2.13). Torch-TensorRT builds
+with ProfilingVerbosity.DETAILED only when debugging (option `debug: true` up to 2.7, a
+Debugger context from 2.8); otherwise the JSON names layers without tactics, and
+build_choices is None.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import tempfile
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks import build
 from benchmarks.backends.base import BackendUnavailable, Compiled, cuda_only_reason
 
 if TYPE_CHECKING:
@@ -101,6 +121,16 @@ def _import_torch_tensorrt() -> Any:
     return torch_tensorrt
 
 
+def _import_tensorrt() -> Any | None:
+    """The tensorrt module Torch-TensorRT builds with (None: not importable)."""
+    from benchmarks.backends import tensorrt as trt_backend
+
+    try:
+        return trt_backend._import_tensorrt()
+    except ImportError:
+        return None
+
+
 def compile_settings(spec: BenchSpec, accepted: Iterable[str], version: str) -> dict[str, Any]:
     """The keyword arguments for torch_tensorrt.compile, given the names the installed
     `torch_tensorrt.dynamo.compile` accepts. Raises BackendUnavailable when a setting the
@@ -141,6 +171,59 @@ def compile_settings(spec: BenchSpec, accepted: Iterable[str], version: str) -> 
             raise BackendUnavailable(f"option {key}: not a setting of torch_tensorrt {version}")
         settings[name] = value
     return settings
+
+
+def pinned_timing_cache(spec: BenchSpec, settings: dict[str, Any], accepted: Iterable[str],
+                        tensorrt_version: str) -> Path | None:
+    """The host's timing cache a build loads and saves; None where the user named one (it
+    is passed as given), builds are as shipped, or the installed release has no
+    `timing_cache_path` (before 2.4)."""
+    if spec.timing.builds != "pinned" or "timing_cache_path" in settings:
+        return None
+    if "timing_cache_path" not in set(accepted):
+        return None
+    return build.tuning_cache_file("torch_tensorrt", tensorrt_version, "timing-cache")
+
+
+def engines_build_choices(module: torch.nn.Module) -> list[dict[str, Any]] | None:
+    """Per TensorRT engine of the compiled module, in the partitioner's order, its layers
+    and their tactics (benchmarks.backends.tensorrt.engine_build_choices). None when any
+    engine cannot say (no get_layer_info, no engine yet, layer names only): a description
+    missing an engine would give two builds that differ in it the same fingerprint."""
+    from benchmarks.backends.tensorrt import engine_build_choices
+
+    engines: list[dict[str, Any]] = []
+    for name, child in module.named_children():
+        if not name.startswith("_run_on_acc"):
+            continue
+        get_layer_info = getattr(child, "get_layer_info", None)
+        if get_layer_info is None:
+            return None
+        try:
+            layers = json.loads(get_layer_info()).get("Layers", [])
+        except (RuntimeError, ValueError, TypeError, AttributeError):
+            return None
+        choices = engine_build_choices(layers)
+        if choices is None:
+            return None
+        engines.append({"engine": name, "layers": choices})
+    return engines or None
+
+
+def _save_to_host(trt: Any, private: Path, host: Path, loaded: bytes) -> dict[str, Any]:
+    """Merge the cache Torch-TensorRT saved to `private` into the host's, with the tensorrt
+    backend's save (so both lock alike); the evidence says what happened."""
+    from benchmarks import trt_converter as conv
+
+    # unchanged when the build timed nothing new (or built no engine at all)
+    saved = private.is_file() and private.read_bytes() != loaded
+    merged = False
+    if saved:
+        config = trt.Builder(conv.make_logger(trt)).create_builder_config()
+        cache = config.create_timing_cache(private.read_bytes())
+        merged = conv.save_timing_cache(config, cache, host, conv.timing_cache_digest(loaded))
+    return {"torch_trt_timing_cache": str(host), "torch_trt_timing_cache_loaded": bool(loaded),
+            "torch_trt_timing_cache_saved": saved, "torch_trt_timing_cache_merged": merged}
 
 
 def compiled_module_evidence(module: torch.nn.Module) -> dict[str, Any]:
@@ -197,24 +280,38 @@ class TorchTensorRTBackend:
                 dtype=example.dtype)
         else:
             spec_input = torch_tensorrt.Input(shape=shape, dtype=example.dtype)
-        with torch.inference_mode(False), torch.no_grad():
-            compiled = torch_tensorrt.compile(model, ir="dynamo", inputs=[spec_input], **settings)
+        trt = _import_tensorrt()
+        trt_version = str(getattr(trt, "__version__", "unknown"))
+        host = (pinned_timing_cache(spec, settings, accepted, trt_version)
+                if trt is not None else None)
+        cache_evidence: dict[str, Any] = {}
+        with tempfile.TemporaryDirectory(prefix="speedwatch-torch-trt-") as tmp:
+            passed = dict(settings)
+            if host is not None:
+                private = Path(tmp) / host.name
+                loaded = host.read_bytes() if host.is_file() else b""
+                private.write_bytes(loaded)
+                passed["timing_cache_path"] = str(private)
+            with torch.inference_mode(False), torch.no_grad():
+                compiled = torch_tensorrt.compile(model, ir="dynamo", inputs=[spec_input],
+                                                  **passed)
+            if host is not None:
+                cache_evidence = _save_to_host(trt, private, host, loaded)
+                settings["timing_cache_path"] = str(host)  # what the private copy stood for
 
         evidence: dict[str, Any] = compiled_module_evidence(compiled)
         evidence.update(release_network(version) or {})
         evidence["torch_trt_settings"] = {
             k: sorted(map(str, v)) if isinstance(v, set) else v for k, v in settings.items()
         }
+        evidence.update(cache_evidence)
         versions = {"torch_tensorrt": version}
-        try:
-            import tensorrt
-
-            versions["tensorrt"] = str(tensorrt.__version__)
-        except ImportError:
-            pass
+        if trt is not None:
+            versions["tensorrt"] = trt_version
         run = _no_grad_call(compiled)
         run(example)  # first call builds lazily-initialised engines outside any capture
-        return Compiled(run=run, evidence=evidence, cuda_graph_safe=True, versions=versions)
+        return Compiled(run=run, evidence=evidence, cuda_graph_safe=True, versions=versions,
+                        build_choices=engines_build_choices(compiled))
 
 
 def _no_grad_call(module: Callable[[torch.Tensor], torch.Tensor]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks import build
 from benchmarks.spec import BenchSpec, TimingPolicy
 
 # One intra-op thread: on a loaded machine a 2-thread pool stalls on its barriers and turns
@@ -47,3 +49,18 @@ def single_thread() -> Any:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+HOST_GPU_KEY = "nvidia-h100-sm90"
+
+
+@pytest.fixture
+def host_tuning_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The host's tuning-cache directory (benchmarks.build.tuning_cache_dir) for one test: a
+    fresh one, on an H100 as far as cache names go. Pinned TensorRT builds load and save
+    the host's timing cache by default, so without this a test would need a GPU to name
+    it, write into the user's ~/.cache, and replay tactics another test timed."""
+    directory = tmp_path / "tuning"
+    monkeypatch.setenv(build.TUNING_CACHE_ENV, str(directory))
+    monkeypatch.setattr(build, "cuda_device_key", lambda: HOST_GPU_KEY)
+    return directory

@@ -23,18 +23,23 @@ from benchmarks import trt_converter as tc
 from benchmarks.backends import get_backend
 from benchmarks.backends.tensorrt import (
     NOT_INSTALLED,
+    engine_build_choices,
     engine_layer_evidence,
+    engine_layers,
     evidence_diff,
     fused_layer_names,
     spec_problem,
     tensorrt_importable,
 )
+from benchmarks.build import fingerprint
 from benchmarks.models import CUSTOM_OP_NAME, build_model, example_input
-from benchmarks.spec import BenchSpec
+from benchmarks.spec import BenchSpec, TimingPolicy
 from tests.benchmarks import trt_standin as si
 
 HAS_TENSORRT = tensorrt_importable()  # tensorrt-stubs alone is an empty namespace package
 needs_tensorrt = pytest.mark.skipif(not HAS_TENSORRT, reason="tensorrt is not importable here")
+# pinned builds (the default) load and save the host's timing cache: a fresh one per test
+pytestmark = pytest.mark.usefixtures("host_tuning_cache")
 
 
 @functools.cache
@@ -422,15 +427,151 @@ def test_bad_options_are_refused_with_their_name(options: dict[str, Any], messag
 def test_timing_cache_is_saved_after_a_build_and_loaded_by_the_next(tmp_path: Path) -> None:
     cache = tmp_path / "sub" / "trt.cache"
     spec = tiny_spec(options={"timing_cache": str(cache)})
-    model = model_for(spec)
-    trt, first = convert(model, spec)
+    trt, first = convert(model_for(spec), spec)
     assert not first.timing_cache_loaded
     assert tc.build_plan(trt, first).timing_cache_saved
-    saved = cache.read_bytes()
-    trt, second = convert(model, spec)
+    saved = cached_tactics(cache)
+    # another image size: layer configurations the first build never timed
+    wider = tiny_spec(options={"timing_cache": str(cache)}, image_size=64)
+    trt, second = convert(model_for(wider), wider, shape=(2, 3, 64, 64))
     assert second.timing_cache_loaded
     tc.build_plan(trt, second)
-    assert cache.read_bytes() != saved  # the second build added to the cache it loaded
+    after = cached_tactics(cache)
+    assert saved.items() < after.items()  # kept what it loaded, added what it timed
+
+
+# ------------------------------------------------------------------ pinned builds
+
+
+def cached_tactics(path: Path) -> dict[str, int]:
+    """The stand-in timing cache saved at `path`: layer configuration -> tactic."""
+    config = si.IBuilderConfig()
+    return config.create_timing_cache(path.read_bytes()).entries
+
+
+def built_choices(trt: Any, report: tc.ConversionReport) -> Any:
+    """Build `report` and return the engine's build choices (what build_fingerprint hashes)."""
+    plan = tc.build_plan(trt, report)
+    engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(plan.plan)
+    return engine_build_choices(engine_layers(trt, engine))
+
+
+def host_cache(tuning_dir: Path) -> Path:
+    """The host's TensorRT timing cache: named for the TensorRT version and the GPU."""
+    return tuning_dir / "tensorrt" / "0.0.0-standin-nvidia-h100-sm90.timing-cache"
+
+
+def as_shipped(**kw: Any) -> BenchSpec:
+    return tiny_spec(timing=TimingPolicy(builds="as-shipped"), **kw)
+
+
+def other_tactics_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Timing noise: from now on the stand-in's timing finds another candidate fastest."""
+    monkeypatch.setattr(si, "fastest_tactic", lambda key, candidates: candidates - 1)
+
+
+def test_pinned_builds_use_the_hosts_timing_cache_named_for_tensorrt_and_the_gpu(
+    host_tuning_cache: Path,
+) -> None:
+    spec = tiny_spec()
+    assert spec.timing.builds == "pinned"  # the default
+    trt, report = convert(model_for(spec), spec)
+    path = host_cache(host_tuning_cache)
+    assert report.timing_cache_path == str(path)
+    assert report.evidence()["trt_timing_cache"] == str(path)
+    assert not report.timing_cache_loaded
+    assert tc.build_plan(trt, report).timing_cache_saved
+    assert len(cached_tactics(path)) > 0
+
+
+def test_a_second_pinned_build_replays_the_tactics_the_first_saved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = tiny_spec()
+    trt, first = convert(model_for(spec), spec)
+    choices = built_choices(trt, first)
+    other_tactics_win(monkeypatch)
+    trt, second = convert(model_for(spec), spec)
+    assert second.timing_cache_loaded
+    assert fingerprint(built_choices(trt, second)) == fingerprint(choices)
+    # the same noise in a build without the cache: other tactics, another fingerprint
+    trt, fresh = convert(model_for(spec), as_shipped())
+    assert fingerprint(built_choices(trt, fresh)) != fingerprint(choices)
+
+
+def test_the_fingerprint_follows_the_tactics_not_the_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = as_shipped()
+    trt, first = convert(model_for(spec), spec)
+    trt, second = convert(model_for(spec), spec)
+    a, b = built_choices(trt, first), built_choices(trt, second)
+    assert a is not None and fingerprint(a) == fingerprint(b)
+    # one entry per engine layer, in engine order, with the tactic the build chose
+    assert [layer["Name"] for layer in a] == [layer.name for layer in net(first).layers]
+    assert all({"LayerType", "TacticName", "TacticValue"} <= set(layer) for layer in a)
+    other_tactics_win(monkeypatch)
+    trt, third = convert(model_for(spec), spec)
+    c = built_choices(trt, third)
+    assert [layer["Name"] for layer in c] == [layer["Name"] for layer in a]
+    assert fingerprint(c) != fingerprint(a)
+
+
+def test_an_engine_without_detailed_layer_information_has_no_build_choices() -> None:
+    # layer names alone cannot tell one tactic from another
+    assert engine_build_choices(["conv1 + bn1 + relu", "fc"]) is None
+    assert engine_build_choices([]) is None
+    detailed = [{"Name": "conv1", "LayerType": "CaskConvolution", "ParameterType": "Convolution",
+                 "TacticName": "sm90_xmma_fprop", "TacticValue": "0x11bde0e1d9f2f35d"}]
+    assert engine_build_choices(detailed) == [
+        {"Name": "conv1", "LayerType": "CaskConvolution", "TacticName": "sm90_xmma_fprop",
+         "TacticValue": "0x11bde0e1d9f2f35d"}]
+
+
+def test_builds_saving_one_after_the_other_merge_their_timing_caches(
+    host_tuning_cache: Path, tmp_path: Path,
+) -> None:
+    """Two workers load the host's cache, build, and save: the second to save must keep
+    what the first saved meanwhile, not replace it with its own entries."""
+    small, large = tiny_spec(), tiny_spec(image_size=64)
+    trt_a, a = convert(model_for(small), small)
+    trt_b, b = convert(model_for(large), large, shape=(2, 3, 64, 64))
+    assert not a.timing_cache_loaded and not b.timing_cache_loaded  # both started empty
+    assert not tc.build_plan(trt_a, a).timing_cache_merged
+    saved_a = cached_tactics(host_cache(host_tuning_cache))
+    built_b = tc.build_plan(trt_b, b)
+    assert built_b.timing_cache_saved and built_b.timing_cache_merged
+    # what b timed on its own, through a cache nobody else uses
+    alone = tiny_spec(image_size=64, options={"timing_cache": str(tmp_path / "alone")})
+    trt, only_b = convert(model_for(alone), alone, shape=(2, 3, 64, 64))
+    tc.build_plan(trt, only_b)
+    own_b = cached_tactics(tmp_path / "alone")
+    assert saved_a.keys() - own_b.keys()  # b alone would have lost these
+    assert cached_tactics(host_cache(host_tuning_cache)) == {**own_b, **saved_a}
+
+
+def test_as_shipped_builds_time_their_tactics_afresh_without_a_cache(
+    host_tuning_cache: Path,
+) -> None:
+    spec = as_shipped()
+    trt, report = convert(model_for(spec), spec)
+    assert report.timing_cache_path is None
+    assert cfg(report).get_timing_cache() is None
+    built = tc.build_plan(trt, report)
+    assert not built.timing_cache_saved
+    assert not host_tuning_cache.exists()
+
+
+@pytest.mark.parametrize("builds", ["pinned", "as-shipped"])
+def test_a_timing_cache_the_options_name_is_used_in_either_mode(
+    builds: str, host_tuning_cache: Path, tmp_path: Path,
+) -> None:
+    mine = tmp_path / "mine.cache"
+    spec = tiny_spec(timing=TimingPolicy(builds=builds), options={"timing_cache": str(mine)})
+    trt, report = convert(model_for(spec), spec)
+    assert report.timing_cache_path == str(mine)
+    assert tc.build_plan(trt, report).timing_cache_saved
+    assert mine.is_file() and not host_tuning_cache.exists()
 
 
 def test_a_failed_build_raises_with_tensorrts_logged_reason() -> None:

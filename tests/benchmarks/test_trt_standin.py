@@ -23,11 +23,14 @@ from torch import nn
 
 from benchmarks import trt_converter as tc
 from benchmarks.backends import tensorrt as trt_backend
+from benchmarks.build import fingerprint
 from benchmarks.models import build_model, example_input
 from benchmarks.spec import BenchSpec
 from tests.benchmarks import trt_standin as si
 
 STUBS = Path(__file__).resolve().parents[2] / "typings" / "tensorrt_bindings" / "tensorrt.pyi"
+# pinned builds (the default) load and save the host's timing cache: a fresh one per test
+pytestmark = pytest.mark.usefixtures("host_tuning_cache")
 
 # Helpers the stand-in has for tests, which TensorRT does not have: nothing else may differ.
 STANDIN_ONLY = {
@@ -258,6 +261,28 @@ def test_backend_compiles_runs_and_refits_on_the_standin(
     assert compiled.evidence["trt_path"] == path
     if weights == "refit":
         assert compiled.evidence["trt_refit_count"] > 0
+
+
+@pytest.mark.parametrize("path", ["network", "onnx"])
+def test_backend_pins_tactics_through_the_hosts_timing_cache(
+    standin_backend: Any, host_tuning_cache: Path, monkeypatch: pytest.MonkeyPatch, path: str,
+) -> None:
+    spec = BenchSpec(model="resnet18", backend="tensorrt", width=8, image_size=32,
+                     num_classes=10, device="cuda", options={"path": path}).validate()
+    model = build_model(spec).eval()
+    x = example_input(spec)
+    first = standin_backend.compile(model, x, spec)
+    cache = host_tuning_cache / "tensorrt" / "0.0.0-standin-nvidia-h100-sm90.timing-cache"
+    assert first.evidence["trt_timing_cache"] == str(cache)
+    assert not first.evidence["trt_timing_cache_loaded"]
+    assert first.evidence["trt_timing_cache_saved"] and cache.is_file()
+    assert len(first.build_choices) == first.evidence["trt_engine_layers"]
+    # timing noise would pick other tactics now, but the second build replays the first's
+    monkeypatch.setattr(si, "fastest_tactic", lambda key, candidates: candidates - 1)
+    second = standin_backend.compile(model, x, spec)
+    assert second.evidence["trt_timing_cache_loaded"]
+    assert second.build_choices == first.build_choices
+    assert fingerprint(second.build_choices) == fingerprint(first.build_choices)
 
 
 def test_onnx_parser_failure_reports_the_parsers_errors(standin_backend: Any) -> None:

@@ -11,7 +11,9 @@ build, so a converter that drifts from the documented API fails its tests.
 It records everything (layers with their kind, inputs, weights and `set_input` calls;
 builder flags; optimization profiles; weight names) and can EVALUATE a recorded network
 with torch on the CPU, so tests can compare what the converter built with the eager model.
-It does no optimisation: an "engine" here has exactly the network's layers.
+It does no optimisation: an "engine" here has exactly the network's layers, each with a
+tactic taken from the config's timing cache where it has the layer's configuration, else
+"timed" by `fastest_tactic`, which tests replace to model timing noise.
 
 Nothing in the product imports this file; `import tensorrt` is the only product path.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import hashlib
 import itertools
 import json
 import math
@@ -774,14 +777,27 @@ class INetworkDefinition:
 
 
 class ITimingCache:
+    """Tactics by layer key, as TensorRT's cache keeps the timing result of each layer
+    configuration (kind, attributes, input shapes and types; not names, not weight values)
+    so a build that meets the same configuration replays the tactic instead of timing."""
+
     __slots__ = ("entries",)
     MAGIC = b"STANDIN-TIMING-CACHE:"
 
-    def __init__(self, entries: int = 0) -> None:
-        self.entries = entries
+    def __init__(self, entries: dict[str, int] | None = None) -> None:
+        self.entries: dict[str, int] = dict(entries or {})
 
     def serialize(self) -> bytes:
-        return self.MAGIC + str(self.entries).encode()
+        return self.MAGIC + json.dumps(self.entries, sort_keys=True).encode()
+
+    def combine(self, input_cache: ITimingCache, ignore_mismatch: bool) -> bool:
+        """TensorRT: appends the input cache's entries; conflicting entries are skipped
+        (this cache's stay). Every stand-in cache is of one version and device."""
+        _check(input_cache, ITimingCache, "combine(input_cache)")
+        _bool(ignore_mismatch, "combine(ignore_mismatch)")
+        for key, tactic in input_cache.entries.items():
+            self.entries.setdefault(key, tactic)
+        return True
 
 
 class IOptimizationProfile:
@@ -906,7 +922,7 @@ class IBuilderConfig:
             return ITimingCache()
         if not data.startswith(ITimingCache.MAGIC):
             raise ValueError("create_timing_cache: not a timing cache")
-        return ITimingCache(int(data[len(ITimingCache.MAGIC):]))
+        return ITimingCache(json.loads(data[len(ITimingCache.MAGIC):]))
 
     def set_timing_cache(self, cache: ITimingCache, ignore_mismatch: bool) -> bool:
         _check(cache, ITimingCache, "set_timing_cache(cache)")
@@ -918,8 +934,51 @@ class IBuilderConfig:
         return self._timing_cache
 
 
-_PLANS: dict[bytes, tuple[INetworkDefinition, IBuilderConfig]] = {}
+_PLANS: dict[bytes, tuple[INetworkDefinition, IBuilderConfig, list[int]]] = {}
 _PLAN_IDS = itertools.count()
+TACTICS_PER_LAYER = 3
+
+
+def fastest_tactic(key: str, candidates: int) -> int:
+    """Stand-in only: which of a layer configuration's candidate tactics (an index) timing
+    finds fastest. TensorRT times them on the GPU, where noise can make another candidate
+    win on another build; tests replace this function to make that happen."""
+    return 0
+
+
+def _tactic_value(key: str, index: int) -> int:
+    """A candidate's tactic value: stable per layer configuration, like TensorRT's."""
+    return int.from_bytes(hashlib.sha256(f"{key}#{index}".encode()).digest()[:8], "big")
+
+
+def _timing_key(layer: ILayer, types: dict[int, DataType]) -> str:
+    inputs = [(t.shape, types[t._id].name) for t in layer.inputs if t is not None]
+    attrs = {name: (value.dtype.name, value.size) if isinstance(value, Weights) else value
+             for name, value in sorted(layer._attrs.items())}
+    return f"{layer.kind.name}|{inputs}|{attrs}"
+
+
+def _choose_tactics(network: INetworkDefinition, config: IBuilderConfig) -> list[int]:
+    """One tactic per layer: the config's timing cache's where it has the configuration
+    (and the cache learns every tactic timed), else timed (`fastest_tactic`) once per
+    configuration in this build, as TensorRT's builder keeps a cache of its own."""
+    cache = config._timing_cache
+    timed: dict[str, int] = {}
+    types = _types(network)
+    tactics = []
+    for layer in network._layers:
+        key = _timing_key(layer, types)
+        if cache is not None and key in cache.entries:
+            tactic = cache.entries[key]
+        elif key in timed:
+            tactic = timed[key]
+        else:
+            tactic = _tactic_value(key, fastest_tactic(key, TACTICS_PER_LAYER))
+        timed[key] = tactic
+        if cache is not None:
+            cache.entries.setdefault(key, tactic)
+        tactics.append(tactic)
+    return tactics
 
 
 class Builder:
@@ -952,10 +1011,8 @@ class Builder:
         except StandInError as exc:
             self.logger.log(Severity.ERROR, str(exc))
             return None
-        if config._timing_cache is not None:
-            config._timing_cache.entries += 1
         plan = b"STANDIN-PLAN:%d" % next(_PLAN_IDS)
-        _PLANS[plan] = (network, config)
+        _PLANS[plan] = (network, config, _choose_tactics(network, config))
         return plan
 
 
@@ -1023,9 +1080,10 @@ def _validate(network: INetworkDefinition, config: IBuilderConfig) -> None:
 # Engine inspector vocabulary. A real engine's DETAILED JSON lists engine layers after
 # fusion: "Name" joins the fused network layers' names with " + " (pointwise fusions read
 # "PWN(a, b)"), "LayerType" is the kernel family ("CaskConvolution", "PointWiseV2",
-# "Reformat", ...) and "ParameterType" the operation. The stand-in fuses nothing: one engine
-# layer per network layer, its family from this table (the stand-in's choice, not a claim
-# about which kernels TensorRT picks).
+# "Reformat", ...), "ParameterType" the operation, "TacticName" and "TacticValue" (a hex
+# string) the tactic the build chose. The stand-in fuses nothing: one engine layer per
+# network layer, its family from this table (the stand-in's choice, not a claim about which
+# kernels TensorRT picks) and a tactic named after it.
 _KERNEL_FAMILY = {
     LayerType.CONVOLUTION: "CaskConvolution", LayerType.POOLING: "CaskPooling",
     LayerType.MATRIX_MULTIPLY: "CaskGemmMatrixMultiply", LayerType.CAST: "Reformat",
@@ -1058,19 +1116,23 @@ class IEngineInspector:
             return "\n".join(layer.name for layer in layers)
         entries: list[Any] = [
             {"Name": layer.name, "LayerType": _KERNEL_FAMILY[layer.kind],
-             "ParameterType": _PARAMETER_TYPE[layer.kind]} if detailed else layer.name
-            for layer in layers
+             "ParameterType": _PARAMETER_TYPE[layer.kind],
+             "TacticName": f"standin_{_KERNEL_FAMILY[layer.kind].lower()}_{tactic:016x}",
+             "TacticValue": f"0x{tactic:016x}"} if detailed else layer.name
+            for layer, tactic in zip(layers, self._engine._tactics, strict=True)
         ]
         return json.dumps({"Layers": entries, "Bindings": [INPUT.name for INPUT in
                                                            self._engine._io()]})
 
 
 class ICudaEngine:
-    __slots__ = ("_config", "_network", "refitted")
+    __slots__ = ("_config", "_network", "_tactics", "refitted")
 
-    def __init__(self, network: INetworkDefinition, config: IBuilderConfig) -> None:
+    def __init__(self, network: INetworkDefinition, config: IBuilderConfig,
+                 tactics: list[int]) -> None:
         self._network = network
         self._config = config
+        self._tactics = tactics  # per layer, what the build chose
         # refit replaces values here, keyed like TensorRT by the weights' name
         self.refitted: dict[str, torch.Tensor] = {}
 
