@@ -170,6 +170,7 @@ class LoadMonitor:
     interval_s: float = SAMPLE_INTERVAL_S
     read_busy: Callable[[], float | None] = _busy_seconds
     read_process: Callable[[int], float | None] = process_cpu_seconds
+    clock: Callable[[], float] = time.monotonic
     samples: list[Sample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -186,7 +187,7 @@ class LoadMonitor:
                 seconds = self._last.get(pid, 0.0)
             self._last[pid] = seconds
             mine += seconds
-        self.samples.append(Sample(time.monotonic(), busy, mine))
+        self.samples.append(Sample(self.clock(), busy, mine))
 
     def __enter__(self) -> LoadMonitor:
         self.sample()

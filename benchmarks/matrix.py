@@ -70,6 +70,7 @@ def build_matrix(
     shapes: str,
     base: BenchSpec,
     opt_levels: str = "default",
+    builds: str | None = None,
 ) -> list[BenchSpec]:
     """The cross product of the comma lists, each spec validated (BadInput names the first).
 
@@ -83,16 +84,19 @@ def build_matrix(
         if not any(level in OPT_LEVELS.get(b, ()) for b in backend_list):
             raise BadInput(f"--opt-level: {level!r} is a level of none of "
                            f"{', '.join(backend_list)}")
+    # build modes side by side (pinned, as-shipped): each a series of its own
+    modes = _split(builds, "builds") if builds else [base.timing.builds]
     specs = []
-    for model, backend, weight, precision, batch, shape, level in itertools.product(
+    for model, backend, weight, precision, batch, shape, level, mode in itertools.product(
         _split(models, "model"), backend_list, _split(weights, "weights"),
         _split(precisions, "precision"), _ints(batches, "batch"), _split(shapes, "shape"),
-        levels,
+        levels, modes,
     ):
         if level not in OPT_LEVELS.get(backend, ()):
             continue
         spec = replace(base, model=model, backend=backend, weights=weight, precision=precision,
-                       batch_size=batch, shape_mode=shape, opt_level=level)
+                       batch_size=batch, shape_mode=shape, opt_level=level,
+                       timing=replace(base.timing, builds=mode))
         try:
             specs.append(spec.validate())
         except SpecError as exc:

@@ -108,7 +108,8 @@ def register(cli: typer.Typer) -> None:
             None, min=0.0, max=0.49, help="Adaptive: a decided spec stops only once its CI "
             "half-width is at most this fraction too (default 0.003 on GPU, 0 on CPU)."),
         compile_cache: str | None = typer.Option(None, help=COMPILE_CACHE_HELP),
-        builds: str | None = typer.Option(None, help=BUILDS_HELP),
+        builds: str | None = typer.Option(
+            None, help=BUILDS_HELP + " A comma list measures the modes side by side."),
         max_host_load: float | None = typer.Option(None, help=MAX_HOST_LOAD_HELP),
         threshold: float = typer.Option(
             0.03, min=0.001, max=0.5, help="The regression threshold the measurement must "
@@ -131,12 +132,14 @@ def register(cli: typer.Typer) -> None:
                 "max_seconds": max_seconds, "min_rounds": min_rounds, "processes": processes,
                 "max_processes": max_processes, "budget_seconds": budget,
                 "target_half_width": target_half_width, "compile_cache": compile_cache,
-                "builds": builds, "max_host_load": max_host_load,
+                "max_host_load": max_host_load,
             }
-            problem = timing_flag_problem(compile_cache=compile_cache, builds=builds,
-                                          max_host_load=max_host_load)
-            if problem is not None:
-                raise BadInput(problem)
+            modes = [b.strip() for b in (builds or "").split(",") if b.strip()]
+            for problem in [timing_flag_problem(compile_cache=compile_cache,
+                                                max_host_load=max_host_load),
+                            *(timing_flag_problem(builds=mode) for mode in modes)]:
+                if problem is not None:
+                    raise BadInput(problem)
             if max_host_load is None:  # the service's setting, where the shell has one
                 given["max_host_load"] = host_load_setting()
             policy = replace(default_timing(device),
@@ -169,7 +172,7 @@ def register(cli: typer.Typer) -> None:
                              timing=policy)
             specs = build_matrix(models=local_models(model), backends=backend, weights=weights,
                                  precisions=precision, batches=batch, shapes=shape, base=base,
-                                 opt_levels=opt_level)
+                                 opt_levels=opt_level, builds=builds)
             if json_out is not None and json_out.parent and not json_out.parent.is_dir():
                 raise BadInput(f"--json: directory {str(json_out.parent)!r} does not exist")
         except BadInput as exc:

@@ -14,7 +14,13 @@ from typing import Any
 
 # Top-level evidence entries that describe the measurement, not the optimized model.
 MEASUREMENT_KEYS = frozenset({"adaptive", "compile", "processes", "timing", "ci_method",
-                              "baseline_accuracy", "split_sides"})
+                              "baseline_accuracy", "split_sides",
+                              # the build's whole description is told by its fingerprint
+                              "build_choices", "build"})
+# The entry that says whether two results ran the same code, in the words the evidence
+# sentence uses (app.detection.evidence.BUILD_CHANGED).
+BUILD_ENTRY = "build_fingerprint"
+BUILD_CHANGED_NAME = "build choices changed (fingerprint)"
 
 
 def flat(mapping: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -45,5 +51,8 @@ def evidence_changes(before: dict[str, Any] | None,
                           if k not in MEASUREMENT_KEYS}))
 
     old, new = structural(before), structural(after)
-    return [EvidenceChange(name, old.get(name), new.get(name))
-            for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
+    changed = [EvidenceChange(BUILD_CHANGED_NAME if name == BUILD_ENTRY else name,
+                              old.get(name), new.get(name))
+               for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
+    # a changed build first: it explains whatever else moved
+    return sorted(changed, key=lambda c: c.name != BUILD_CHANGED_NAME)

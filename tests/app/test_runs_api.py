@@ -46,6 +46,22 @@ def test_a_trigger_stores_one_queued_cell_per_matrix_point(
     assert run["environment"]["pins"] == ["onnxruntime==1.22.0"]
 
 
+def test_builds_are_pinned_and_guarded_by_default_and_a_run_may_ask_otherwise(
+        client: TestClient, ci_token: str, settings: Settings) -> None:
+    """Builds as shipped are a series of their own; the load guard's threshold is the
+    server's setting unless the run names one."""
+    default = post_run(client, ci_token, run_request(revision="pinned")).json()
+    shipped = post_run(client, ci_token, run_request(
+        revision="shipped", matrix={"timing": {"builds": "as-shipped",
+                                               "max_host_load": 1.5}})).json()
+    assert {c["spec"]["builds"] for c in default["cells"]} == {"pinned"}
+    assert {c["spec"]["max_host_load"] for c in default["cells"]} == {settings.max_host_load}
+    assert {c["spec"]["builds"] for c in shipped["cells"]} == {"as-shipped"}
+    assert {c["spec"]["max_host_load"] for c in shipped["cells"]} == {1.5}
+    assert all(c["series_key"].endswith("builds=as-shipped") for c in shipped["cells"])
+    assert not any("builds=" in c["series_key"] for c in default["cells"])
+
+
 def test_a_run_may_ask_its_processes_to_share_the_workers_compile_cache(
     client: TestClient, ci_token: str
 ) -> None:
@@ -169,6 +185,12 @@ BAD_REQUESTS = [
     ({"matrix": {"threads": 0}}, "matrix.threads", "greater than or equal to 1"),
     ({"matrix": {"timing": {"compile_cache": "warm"}}}, "matrix.timing.compile_cache",
      "'process' or 'host'"),
+    ({"matrix": {"timing": {"builds": "fast"}}}, "matrix.timing.builds",
+     "'pinned' or 'as-shipped'"),
+    ({"matrix": {"timing": {"max_host_load": 0}}}, "matrix.timing.max_host_load",
+     "greater than 0"),
+    ({"matrix": {"timing": {"max_host_load": "busy"}}}, "matrix.timing.max_host_load",
+     "valid number"),
     ({"matrix": {"colour": "red"}}, "matrix.colour", "unknown field"),
     ({"priority": 1}, "priority", "unknown field"),
     ({"revision": ""}, "revision", "at least 1 character"),

@@ -198,6 +198,21 @@ def test_an_unknown_compile_cache_is_one_line_before_anything_runs(command: list
     assert "'warm'" in line and "process" in line and "host" in line, line
 
 
+@pytest.mark.parametrize("command", [["submit", "--url", "http://127.0.0.1:9", "--token", "x",
+                                      "--project", "p", "--revision", "r"],
+                                     ["demo", "--exit-when-done"], ["bench"]])
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--builds", "fast", "'fast' is not pinned or as-shipped"),
+    ("--max-host-load", "0", "0.0 is not a number of cores above 0"),
+])
+def test_a_bad_build_mode_or_load_threshold_is_one_line_naming_the_flag(
+        command: list[str], flag: str, value: str, says: str) -> None:
+    done = speedwatch(*command, flag, value)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line == f"error: {flag}: {says}", line
+
+
 def test_submit_measures_the_cpu_with_one_thread_by_default_as_demo_does() -> None:
     from typer.testing import CliRunner
 

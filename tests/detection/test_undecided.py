@@ -1,0 +1,141 @@
+"""What a verdict says about how a result was measured: a busy host is named, a changed build
+is named, and a comparison that stayed undecided says in one line why and what to change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.detection.evidence import BUILD_CHANGED, evidence_changes, evidence_sentence
+from app.detection.verdict import Baseline, judge_cell, measurement_notes
+from benchmarks.result import BenchResult, Speedup
+from benchmarks.stats import PROCESSES_METHOD
+
+ROUNDS = [[10.0, 10.1, 9.9]] * 6
+
+
+def measured(speedup: float, half: float, *, evidence: dict[str, Any] | None = None,
+             fingerprint: dict[str, Any] | None = None,
+             timing: dict[str, Any] | None = None) -> BenchResult:
+    return BenchResult(
+        series_key="resnet50/onnxruntime/constant/fp32/bs1/static/cpu/t1/nographs/sides=split",
+        spec={"timing": timing or {"budget_seconds": 30.0}, "options": {"threads": 1}},
+        status="ok",
+        baseline_samples_ms=ROUNDS, candidate_samples_ms=[[x / speedup for x in r]
+                                                          for r in ROUNDS],
+        speedup=Speedup(speedup, speedup / (1 + half), speedup * (1 + half),
+                        method=PROCESSES_METHOD),
+        evidence=evidence or {}, fingerprint=fingerprint or {})
+
+
+def baseline_of(result: BenchResult) -> Baseline:
+    assert result.speedup is not None
+    return Baseline("previous", "the previous run", result.speedup.value, result)
+
+
+LOADED = {"host_load": {"other_cores": 1.9, "peak_cores": 2.0, "cores": 2, "threshold": 0.5,
+                        "units": 5, "units_loaded": 5, "loaded": True,
+                        "remeasured": [{"unit": 1, "other_cores": 1.8},
+                                       {"unit": 1, "other_cores": 1.9}]}}
+
+
+def test_a_result_timed_beside_busy_co_tenants_says_so_in_its_verdict() -> None:
+    notes = measurement_notes(measured(1.6, 0.01, fingerprint=LOADED))
+    assert notes == ["host busy: other processes kept 1.9 of 2 cores busy while timing (5 of "
+                     "5 units past the 0.5-core guard, 2 re-measured); a co-tenant sharing "
+                     "caches and memory bandwidth can bias a CPU speedup by several percent"]
+    quiet = {"host_load": {**LOADED["host_load"], "loaded": False, "units_loaded": 0}}
+    assert measurement_notes(measured(1.6, 0.01, fingerprint=quiet)) == []
+
+
+def _why(new: BenchResult, base: BenchResult) -> str:
+    verdict = judge_cell(new, baseline_of(base))
+    assert verdict.verdict == "inconclusive", verdict.reasons
+    lines = [r for r in verdict.reasons if r.startswith("why undecided: ")]
+    assert len(lines) == 1, verdict.reasons
+    return lines[0]
+
+
+def test_an_undecided_comparison_names_the_budget_that_ran_out_and_the_flag() -> None:
+    new = measured(1.58, 0.03, evidence={"adaptive": {"stopped_by": "budget", "processes": 6}})
+    line = _why(new, measured(1.6, 0.005))
+    assert line == ("why undecided: the interval (+-3.0%) is too wide for a 3% threshold when "
+                    "the timing budget (30 s) ran out at 6 processes: raise --budget (or "
+                    "--max-seconds), or the threshold")
+
+
+def test_an_undecided_comparison_names_the_process_limit() -> None:
+    new = measured(1.58, 0.03, evidence={"adaptive": {"stopped_by": "max_processes",
+                                                       "processes": 8}})
+    assert "at the process limit (8): raise --max-processes" in _why(new, measured(1.6, 0.005))
+
+
+def test_builds_that_chose_differently_are_named_before_the_budget() -> None:
+    new = measured(1.58, 0.03, evidence={
+        "adaptive": {"stopped_by": "budget", "processes": 8},
+        "build": {"mode": "as-shipped", "distinct": 3, "spread": 0.031}})
+    assert _why(new, measured(1.6, 0.005)) == (
+        "why undecided: its 3 builds chose differently, their speedups 3.1% apart (builds "
+        "as shipped): measure with --builds pinned, or allow more processes (--max-processes) "
+        "to average over builds")
+
+
+def test_a_busy_host_is_named_with_what_to_do_about_it() -> None:
+    new = measured(1.58, 0.03, evidence={"adaptive": {"stopped_by": "budget", "processes": 6}},
+                   fingerprint=LOADED)
+    assert _why(new, measured(1.6, 0.005)).startswith(
+        "why undecided: the host was busy (1.9 other cores): re-run on a quiet runner")
+
+
+def test_a_wide_baseline_is_named_when_it_is_the_wider_of_the_two() -> None:
+    new = measured(1.58, 0.01, evidence={"adaptive": {"stopped_by": "decided", "processes": 3}})
+    assert _why(new, measured(1.6, 0.04)).startswith(
+        "why undecided: the baseline's own interval (+-4.0%) is the wider one")
+
+
+def test_a_decided_comparison_has_no_why() -> None:
+    verdict = judge_cell(measured(1.6, 0.005), baseline_of(measured(1.6, 0.005)))
+    assert verdict.verdict == "pass"
+    assert not [r for r in verdict.reasons if r.startswith("why undecided")]
+
+
+# ---- the evidence sentence ---------------------------------------------------------------------
+
+def _built(fingerprint: str | None, configs: dict[str, Any], kernels: list[str]) -> BenchResult:
+    evidence: dict[str, Any] = {"build": {"mode": "pinned"}}
+    if fingerprint:
+        evidence.update(build_fingerprint=fingerprint, build_choices={
+            "kernels": kernels, "extern_calls": {}, "triton_configs": configs})
+    return measured(1.6, 0.01, evidence=evidence)
+
+
+def test_a_changed_build_is_told_first_with_what_changed_in_it() -> None:
+    before = _built("aaaaaaaaaaaa", {"k0": {"XBLOCK": 256}, "k1": {"XBLOCK": 64}}, ["k0", "k1"])
+    after = _built("bbbbbbbbbbbb", {"k0": {"XBLOCK": 512}, "k1": {"XBLOCK": 64}}, ["k0", "k1"])
+    changes = evidence_changes(before, after)
+    assert str(changes[0]) == (f"{BUILD_CHANGED}: fingerprint aaaaaaaaaaaa -> bbbbbbbbbbbb "
+                               "(1 kernel launch configs differ)")
+    assert evidence_sentence(before, before).startswith("no change in build choices")
+    unrecorded = _built(None, {}, [])
+    assert str(evidence_changes(unrecorded, after)[0]).startswith(
+        f"{BUILD_CHANGED}: fingerprint unrecorded -> bbbbbbbbbbbb")
+
+
+def test_a_graph_or_engine_that_changed_counts_its_differing_layers() -> None:
+    before = measured(1.6, 0.01, evidence={"build_fingerprint": "a1", "build_choices": [
+        ["ai.onnx", "Conv", 3, {}], ["ai.onnx", "Relu", 1, {}]]})
+    after = measured(1.6, 0.01, evidence={"build_fingerprint": "b2", "build_choices": [
+        ["ai.onnx", "Conv", 3, {}], ["ai.onnx", "BatchNormalization", 5, {}],
+        ["ai.onnx", "Relu", 1, {}]]})
+    assert str(evidence_changes(before, after)[0]).endswith("(2 of 3 layers or nodes differ)")
+
+
+def test_a_busier_host_and_another_clock_are_conditions_worth_telling() -> None:
+    quiet = measured(1.6, 0.01, evidence={"timing": {"clock": "perf_counter_ns"}},
+                     fingerprint={"host_load": {"other_cores": 0.05}})
+    busy = measured(1.6, 0.01, evidence={"timing": {"clock": "thread_time_ns"}},
+                    fingerprint=LOADED)
+    sentence = evidence_sentence(quiet, busy)
+    assert "host load 0.1 -> 1.9 (other processes' busy cores while timing)" in sentence
+    assert "timing clock perf_counter_ns -> thread_time_ns" in sentence
+    a_little = measured(1.6, 0.01, fingerprint={"host_load": {"other_cores": 0.3}})
+    assert not [c for c in evidence_changes(quiet, a_little) if c.what == "host load"]
