@@ -90,24 +90,31 @@ def build_choices() -> dict[str, Any]:
 
 
 def _triton_configs() -> dict[str, Any]:
+    """Each Triton kernel's launch config as its autotuner settled it. Inductor keeps two
+    autotuner objects per kernel (one from compiling, one the compiled module launches);
+    only one with a single launcher has chosen. Kernels none of whose objects has launched
+    are left out (their names are in `kernels`)."""
     try:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:  # no Triton here (a CPU build): nothing was autotuned
         return {}
-    out: dict[str, Any] = {}
+    chosen: dict[str, list[dict[str, Any]]] = {}
     for obj in gc.get_objects():
         try:
             if not isinstance(obj, CachingAutotuner):
                 continue
         except ReferenceError:  # a weak proxy whose object is gone
             continue
+        launchers = getattr(obj, "launchers", None) or []
+        if len(launchers) != 1 or getattr(launchers[0], "config", None) is None:
+            continue
         name = getattr(getattr(obj, "fn", None), "__name__", None) or \
             (getattr(obj, "inductor_meta", None) or {}).get("kernel_name") or "?"
-        launchers = getattr(obj, "launchers", None) or []
-        configs = [_config(launcher.config) for launcher in launchers
-                   if getattr(launcher, "config", None) is not None]
-        out[name] = configs[0] if len(configs) == 1 else {"candidates": len(configs)}
-    return dict(sorted(out.items()))
+        config = _config(launchers[0].config)
+        if config not in chosen.setdefault(name, []):
+            chosen[name].append(config)
+    return {name: configs[0] if len(configs) == 1 else configs
+            for name, configs in sorted(chosen.items())}
 
 
 def _described(evidence: dict[str, Any]) -> dict[str, Any] | None:
