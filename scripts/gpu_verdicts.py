@@ -102,6 +102,9 @@ def cell_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             "eager_ms": r.get("baseline_median_ms"), "candidate_ms": r.get("candidate_median_ms"),
             "kernels": kernels,
             "verdict": (cell.get("judgement") or {}).get("verdict"),
+            "comparison": (cell.get("judgement") or {}).get("comparison"),
+            "build_fingerprint": ev.get("build_fingerprint"),
+            "build": ev.get("build"),
         })
     return rows
 
@@ -223,13 +226,22 @@ def collect(url: str, summary: dict[str, Any], out: Path) -> None:
                               for r in regressions]
 
 
+def _comparison(comparison: dict[str, Any] | None) -> str:
+    """The ratio to the baseline's speedup as a change in percent with its interval."""
+    if not comparison or comparison.get("ratio") is None:
+        return "-"
+    return (f"{(comparison['ratio'] - 1) * 100:+.2f}% [{(comparison['ci_low'] - 1) * 100:+.2f}, "
+            f"{(comparison['ci_high'] - 1) * 100:+.2f}]")
+
+
 def write_markdown(summary: dict[str, Any], path: Path) -> None:
     lines = [f"device {summary['device']}, threshold {summary.get('threshold')}, "
              f"total {summary.get('wall_s', 0):.0f} s", ""]
     for name, run in summary["runs"].items():
         lines.append(f"- {name}: exit {run['exit']}, {run['wall_s']:.0f} s")
     lines += ["", "| run | kind | revision | series | speedup [CI] | +-% | mode | proc | "
-              "timing s | decision | verdict | kernels (eager/cand) |", "|" + "---|" * 12]
+              "timing s | decision | verdict | kernels (eager/cand) | vs baseline [CI] | "
+              "build |", "|" + "---|" * 14]
     for run_id, run in sorted((summary.get("all_runs") or {}).items(), key=lambda x: int(x[0])):
         for c in run["cells"]:
             sp = (f"{c['speedup']:.4f} [{c['ci_low']:.4f}, {c['ci_high']:.4f}]"
@@ -239,9 +251,11 @@ def write_markdown(summary: dict[str, Any], path: Path) -> None:
                 f"| {run_id} | {run['kind']} | {run['revision']} | {c['series_key']} | {sp} | "
                 f"{c['half_width_pct'] or 0:.3f} | {c['timing_mode']} | {c['processes']} | "
                 f"{c['timing_seconds'] or 0:.1f} | {c['decision']} | {c['verdict']} | "
-                f"{k.get('baseline', '-')}/{k.get('candidate', '-')} |")
+                f"{k.get('baseline', '-')}/{k.get('candidate', '-')} | "
+                f"{_comparison(c.get('comparison'))} | {c.get('build_fingerprint') or '-'} |")
         lines.append(f"| {run_id} | verdict **{run['verdict']}** | | " +
-                     " / ".join(run["reasons"][:2]).replace("|", "/")[:400] + " | | | | | | | | |")
+                     " / ".join(run["reasons"][:2]).replace("|", "/")[:400] +
+                     " | | | | | | | | | | |")
     lines += ["", "Regressions:"]
     for r in summary.get("regressions") or []:
         lines.append(f"- {r['series_key']}: {r['status']}, magnitude {r['magnitude']}, "
