@@ -53,7 +53,14 @@ from typing import Any
 
 from benchmarks import build, fingerprint, host, stats
 from benchmarks.result import Accuracy, BenchResult, ResultError
-from benchmarks.spec import CHILD_SIDES, SIDE_OPTION, BenchSpec, SpecError, model_digest_of
+from benchmarks.spec import (
+    CHILD_SIDES,
+    LATER_PROCESS_OPTION,
+    SIDE_OPTION,
+    BenchSpec,
+    SpecError,
+    model_digest_of,
+)
 from benchmarks.turns import TURN_ENV, Referee, RefereeTimeout, Side, SideEnded
 
 STDERR_TAIL_BYTES = 4096
@@ -536,6 +543,8 @@ def process_spec(spec: BenchSpec, index: int) -> BenchSpec:
     fault_process = options.pop("_fault_process", None)
     if fault_process is not None and fault_process != index + 1:
         options.pop("_fault", None)
+    if index > 0:
+        options[LATER_PROCESS_OPTION] = True
     return replace(spec, options=options,
                    timing=replace(spec.timing, processes=1, max_processes=0,
                                   seed=spec.timing.seed + index))

@@ -43,7 +43,7 @@ from benchmarks.accuracy import compare, tolerance
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.models import build_model, example_input, model_dtype
 from benchmarks.result import BenchResult
-from benchmarks.spec import BenchSpec, SpecError
+from benchmarks.spec import LATER_PROCESS_OPTION, BenchSpec, SpecError
 from benchmarks.timing import CUDA_CLOCK, THREAD_CLOCK, WALL_CLOCK, capture_cuda_graph, time_paired
 from benchmarks.turns import ChildTurns
 
@@ -440,7 +440,10 @@ def _measure(
             resamples=policy.bootstrap_resamples, seed=policy.seed,
         ) if side is None else None
 
-    if on_cuda:
+    # Kernels per inference are the first process's to count: a cell's merged result keeps
+    # the first process's evidence (benchmarks.isolation), and the profiler costs a later
+    # process a second or two for a number nobody reads.
+    if on_cuda and not spec.options.get(LATER_PROCESS_OPTION):
         try:
             evidence["kernels_per_inference"] = {
                 name: count_kernels(fn) for name, fn in (

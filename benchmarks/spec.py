@@ -370,9 +370,19 @@ SIDES = ("paired", "split")
 # Harness-internal option: the side a child process of a split measurement times. Never
 # in a stored result's spec (the merged result carries the cell's own spec).
 SIDE_OPTION = "_side"
+# Harness-internal: set on the spec of a cell's second and later processes, whose evidence a
+# merged result does not keep (benchmarks.isolation.process_spec).
+LATER_PROCESS_OPTION = "_later_process"
 CHILD_SIDES = ("baseline", "candidate")
 # Spec options that only steer the harness or tests, never what is measured.
 _NOT_MEASUREMENT_OPTIONS = {"threads"}
+
+
+def harness_option(name: str) -> bool:
+    """Whether a spec option is the harness's (how the sides share processes, and anything
+    starting with "_": test faults, the side a split child times, a later process), never a
+    setting a backend should read or refuse."""
+    return name == "sides" or name.startswith("_")
 
 
 def measurement_options(options: dict[str, Any], opt_level: str = "default",

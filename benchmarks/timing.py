@@ -144,7 +144,7 @@ class _ThreadClockTimer:
     process's CPU time around the round (to see whether other threads worked too)."""
 
     def __init__(self) -> None:
-        self.wall: dict[int, list[list[float]]] = {}
+        self.last_wall: list[float] = []  # the wall clock's samples of the latest round
         self.thread_ns = 0
         self.process_ns = 0
 
@@ -160,7 +160,7 @@ class _ThreadClockTimer:
             wall.append((w1 - w0) / 1e6)
         self.thread_ns += time.thread_time_ns() - t_start
         self.process_ns += time.process_time_ns() - p0
-        self.wall.setdefault(id(fn), []).append(wall)
+        self.last_wall = wall
         return cpu
 
     def helper_share(self) -> float:
@@ -242,17 +242,25 @@ def time_paired(
         warmup_seconds = warm_up()
         base_rounds: list[list[float]] = []
         cand_rounds: list[list[float]] = []
+        wall_base: list[list[float]] = []
+        wall_cand: list[list[float]] = []
+
+        def time_round(fn: Fn, rounds: list[list[float]], wall: list[list[float]]) -> None:
+            rounds.append(timer(fn, iters))
+            if thread_timer is not None:
+                wall.append(thread_timer.last_wall)
+
         start = clock()
         stopped_by = "rounds"
         for r in range(max(1, policy.rounds)):
             if candidate is None:
-                base_rounds.append(timer(baseline, iters))
+                time_round(baseline, base_rounds, wall_base)
             elif r % 2 == 0:
-                base_rounds.append(timer(baseline, iters))
-                cand_rounds.append(timer(candidate, iters))
+                time_round(baseline, base_rounds, wall_base)
+                time_round(candidate, cand_rounds, wall_cand)
             else:
-                cand_rounds.append(timer(candidate, iters))
-                base_rounds.append(timer(baseline, iters))
+                time_round(candidate, cand_rounds, wall_cand)
+                time_round(baseline, base_rounds, wall_base)
             done = r + 1
             if (
                 done < policy.rounds
@@ -271,7 +279,7 @@ def time_paired(
         window=(start, end),
     )
     if thread_timer is not None:
-        _use_thread_clock(samples, thread_timer, baseline, candidate)
+        _use_thread_clock(samples, thread_timer, wall_base, wall_cand)
     return samples
 
 
@@ -280,6 +288,7 @@ def _time_turns(fn: Fn, timer: Callable[[Fn, int], list[float]], iters: int, tur
                 thread_timer: _ThreadClockTimer | None) -> PairedSamples:
     """One side's rounds, each when the referee asks for it (see time_paired)."""
     rounds: list[list[float]] = []
+    wall: list[list[float]] = []
     warmup_seconds = timing_seconds = 0.0
     first: float | None = None
     last = 0.0
@@ -294,6 +303,8 @@ def _time_turns(fn: Fn, timer: Callable[[Fn, int], list[float]], iters: int, tur
             t0 = clock()
             first = t0 if first is None else first
             rounds.append(timer(fn, iters))
+            if thread_timer is not None:
+                wall.append(thread_timer.last_wall)
             last = clock()
             timing_seconds += last - t0
         else:
@@ -303,16 +314,14 @@ def _time_turns(fn: Fn, timer: Callable[[Fn, int], list[float]], iters: int, tur
                             stopped_by="referee", warmup_seconds=warmup_seconds,
                             window=(first, last) if first is not None else None)
     if thread_timer is not None:
-        _use_thread_clock(samples, thread_timer, fn, None)
+        _use_thread_clock(samples, thread_timer, wall, [])
     return samples
 
 
-def _use_thread_clock(samples: PairedSamples, timer: _ThreadClockTimer, baseline: Fn,
-                      candidate: Fn | None) -> None:
+def _use_thread_clock(samples: PairedSamples, timer: _ThreadClockTimer,
+                      wall_base: list[list[float]], wall_cand: list[list[float]]) -> None:
     """Keep the thread's CPU time as the samples, or fall back to the wall clock where
     other threads of the process worked beside the timed one."""
-    wall_base = timer.wall.get(id(baseline), [])
-    wall_cand = timer.wall.get(id(candidate), []) if candidate is not None else []
     share = timer.helper_share()
     if share > HELPER_CPU_TOLERANCE:
         samples.clock = WALL_CLOCK

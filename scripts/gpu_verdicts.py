@@ -62,9 +62,11 @@ def pipeline_with_custom_op(root: Path) -> Path:
 
 def cli(*args: str, env: dict[str, str], log: Path, timeout: float = 3600) -> tuple[int, str]:
     """Run `speedwatch ARGS`; returns the exit code and its stdout (both streams are logged,
-    with secrets left out of the logged command line)."""
+    with secrets left out of the logged command line). It runs in the output folder, outside
+    any git checkout, so `submit` files its runs under no branch, as the demo does: the
+    same series history, the demo's result its baseline."""
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "cli", *args], env=env,
+    proc = subprocess.run([sys.executable, "-m", "cli", *args], env=env, cwd=log.parent,
                           capture_output=True, text=True, timeout=timeout, check=False)
     shown = ["***" if a.startswith("sw_") else a for a in args]
     with log.open("a") as f:
@@ -133,6 +135,7 @@ def main() -> int:
     data.mkdir()
     log = out / "cli.log"
     env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env.update({
         "SPEEDWATCH_DATABASE_URL": f"sqlite:///{data / 'speedwatch.db'}",
         "SPEEDWATCH_EXECUTOR": "local", "SPEEDWATCH_ENVIRONMENT": "development",

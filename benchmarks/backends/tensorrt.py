@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.backends.base import BackendUnavailable, Compiled, cuda_only_reason
+from benchmarks.spec import harness_option
 
 if TYPE_CHECKING:
     import tensorrt
@@ -166,7 +167,8 @@ def spec_problem(spec: BenchSpec) -> str | None:
     """Why this spec can never run on this backend, wherever it runs (None if it can)."""
     from benchmarks.trt_converter import CONVERTER_OPTIONS, ConversionError, ConverterOptions
 
-    unknown = set(spec.options) - KNOWN_OPTIONS - set(CONVERTER_OPTIONS)
+    unknown = {k for k in spec.options if not harness_option(k)} - KNOWN_OPTIONS \
+        - set(CONVERTER_OPTIONS)
     if unknown:
         return f"unknown tensorrt option(s): {', '.join(sorted(unknown))}"
     path = spec.options.get("path", "network")

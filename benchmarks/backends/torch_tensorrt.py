@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks import build
 from benchmarks.backends.base import BackendUnavailable, Compiled, cuda_only_reason
+from benchmarks.spec import harness_option
 
 if TYPE_CHECKING:
     import torch
@@ -162,7 +163,7 @@ def compile_settings(spec: BenchSpec, accepted: Iterable[str], version: str) -> 
             raise BackendUnavailable(f"torch_tensorrt {version} has no optimization_level")
         settings["optimization_level"] = int(spec.opt_level)
     for key, value in spec.options.items():
-        if key in RUNNER_OPTIONS:
+        if key in RUNNER_OPTIONS or harness_option(key):
             continue
         name = ALIASES.get(key, key)
         if name in DERIVED:

@@ -125,3 +125,21 @@ def test_processes_that_built_differently_say_how_far_apart_their_builds_landed(
                            started_monotonic=0.0)
     assert same.evidence["build_fingerprint"] == "aaa"
     assert same.evidence["build"] == {"mode": "as-shipped", "distinct": 1}
+
+
+def test_harness_options_never_reach_a_backends_settings() -> None:
+    """How the sides share processes and which process this is are the harness's business:
+    a backend that refuses unknown settings must not refuse them."""
+    from benchmarks.backends.tensorrt import spec_problem
+    from benchmarks.isolation import process_spec
+    from benchmarks.spec import LATER_PROCESS_OPTION
+
+    cell = BenchSpec(backend="tensorrt", device="cuda", precision="fp16")
+    assert LATER_PROCESS_OPTION not in process_spec(cell, 0).options
+    later = process_spec(replace(cell, options={"sides": "split", "_side": "baseline"}), 1)
+    assert later.options[LATER_PROCESS_OPTION] is True
+    assert spec_problem(later) is None
+    assert later.series_key("nvidia-h100") == replace(
+        cell, options={"sides": "split"}).series_key("nvidia-h100")
+    assert spec_problem(replace(cell, options={"colour": 1})) == (
+        "unknown tensorrt option(s): colour")
