@@ -145,16 +145,19 @@ def default_timing(device: str) -> TimingPolicy:
     GPU: CUDA-graph replays, 2 s per process (3 processes decide a 3% threshold in about
     6 s of timing on an H100), and a decided cell also reaches a CI half-width of 0.3%
     (`GPU_TARGET_HALF_WIDTH`: three H100 processes gave 0.02-0.18% in 7 of 8 cells, 0.45%
-    in one; a fourth process narrows the t interval by about a third). CPU: 3 s per
-    process, at most 6 processes or 30 s of timing, no width floor (this CPU's processes
-    differ by several percent: a floor would only spend the budget).
+    in one; a fourth process narrows the t interval by about a third). CPU: units of two
+    children taking turns (sides=split, benchmarks.turns), 1.5 s of timing a side, at most
+    16 units or 45 s of timing, no width floor. Short units and many of them: on this
+    project's 2-core machine the unit-to-unit spread (the processes' own levels, eager's
+    CPU time per call moving 84-97 ms between processes) outweighs what longer units
+    gain, and only more processes narrow it.
     """
     if device == "cuda":
         return TimingPolicy(warmup_iters=20, rounds=2000, iters_per_round=10, max_seconds=2.0,
                             min_rounds=5, cuda_graphs=True, processes=3, max_processes=8,
                             budget_seconds=16.0, target_half_width=GPU_TARGET_HALF_WIDTH)
-    return TimingPolicy(warmup_iters=5, rounds=200, iters_per_round=5, max_seconds=3.0,
-                        min_rounds=5, processes=3, max_processes=6, budget_seconds=30.0)
+    return TimingPolicy(warmup_iters=5, rounds=200, iters_per_round=5, max_seconds=1.5,
+                        min_rounds=5, processes=3, max_processes=16, budget_seconds=45.0)
 
 
 @dataclass(frozen=True)

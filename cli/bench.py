@@ -100,10 +100,10 @@ def register(cli: typer.Typer) -> None:
             "3): the CI then includes the variance between processes."),
         max_processes: int | None = typer.Option(
             None, min=1, max=32, help="Adaptive: add processes until the CI half-width is "
-            "at most half of --threshold, up to this many (default 6 on CPU, 8 on GPU)."),
+            "at most half of --threshold, up to this many (default 16 on CPU, 8 on GPU)."),
         budget: float | None = typer.Option(
             None, min=0.0, help="Adaptive: stop adding processes once their timing seconds "
-            "reach this (default 30 on CPU, 16 on GPU; 0: none)."),
+            "reach this (default 45 on CPU, 16 on GPU; 0: none)."),
         target_half_width: float | None = typer.Option(
             None, min=0.0, max=0.49, help="Adaptive: a decided spec stops only once its CI "
             "half-width is at most this fraction too (default 0.003 on GPU, 0 on CPU)."),
