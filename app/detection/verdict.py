@@ -212,6 +212,11 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
+def percent(fraction: float) -> str:
+    """3% for 0.03, 0.5% for 0.005: a threshold as set, never rounded to 0%."""
+    return f"{fraction * 100:.3g}%"
+
+
 def _check_threshold(threshold: float) -> None:
     if not 0 <= threshold < 1:
         raise VerdictError(f"threshold: {threshold} must be in [0, 1)")
@@ -224,7 +229,7 @@ def _classify(est: RatioEstimate, threshold: float, confidence: float,
         f"({_pct(est.ratio - 1)}; {confidence:.0%} CI {_pct(est.ci_low - 1)} to "
         f"{_pct(est.ci_high - 1)}) against {baseline_description}"
     )
-    limit = f"{threshold:.0%}"
+    limit = percent(threshold)
     if est.ci_high < 1 - threshold:
         return CellVerdict("regression", (f"{words}: slower by more than {limit}",), est)
     if est.ci_low > 1 + threshold:
@@ -471,7 +476,7 @@ def undecided_cause(result: BenchResult, baseline: Baseline | None,
     adaptive = _mapping(evidence.get("adaptive"))
     stopped = adaptive.get("stopped_by")
     k = adaptive.get("processes")
-    width = f"the interval ({_relative(own)}) is too wide for a {threshold:.0%} threshold"
+    width = f"the interval ({_relative(own)}) is too wide for a {percent(threshold)} threshold"
     if stopped == "budget":
         budget = timing.get("budget_seconds")
         return (f"why undecided: {width} when the timing budget ({budget:g} s) ran out at "

@@ -139,3 +139,11 @@ def test_a_busier_host_and_another_clock_are_conditions_worth_telling() -> None:
     assert "timing clock perf_counter_ns -> thread_time_ns" in sentence
     a_little = measured(1.6, 0.01, fingerprint={"host_load": {"other_cores": 0.3}})
     assert not [c for c in evidence_changes(quiet, a_little) if c.what == "host load"]
+
+
+def test_a_threshold_below_one_percent_is_named_as_set() -> None:
+    """A 0.5% threshold (a GPU series measured to +-0.1%) must not read as 0%."""
+    verdict = judge_cell(measured(1.58, 0.001), baseline_of(measured(1.6, 0.001)),
+                         threshold=0.005)
+    assert verdict.verdict == "regression"
+    assert "slower by more than 0.5%" in verdict.reasons[0]
