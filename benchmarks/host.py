@@ -122,32 +122,6 @@ def process_cpu_seconds(pid: int, proc: Path = _PROC) -> float | None:
         return None
 
 
-def descendants(root: int, proc: Path = _PROC) -> set[int]:
-    """`root` and every process below it, read from /proc (the tree a worker owns)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = list(proc.iterdir())
-    except OSError:
-        return {root}
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-        fields = stat[stat.rfind(")") + 2:].split()
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = {root}, [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
 @dataclass(frozen=True)
 class Sample:
     """One look at the host: when, all cores' busy seconds, the measured processes' own."""
