@@ -151,7 +151,7 @@ class TimingIn(StrictModel):
     target_half_width: float | None = Field(
         default=None, ge=0, lt=0.5, description="adaptive: a decided comparison stops only "
         "once the speedup's CI half-width is at most this fraction too (default 0.003 on a "
-        "GPU, 0 = none on the CPU)")
+        "GPU, 0.015 on the CPU; 0 = none)")
     compile_cache: CompileCache | None = Field(
         default=None, description="\"process\" (default): each process compiles afresh, so the "
         "interval covers what a new compile may choose; \"host\": processes share the "

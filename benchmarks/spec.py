@@ -114,6 +114,7 @@ class TimingPolicy:
 
 
 GPU_TARGET_HALF_WIDTH = 0.003
+CPU_TARGET_HALF_WIDTH = 0.015
 # Where a process finds its compiled kernels (TimingSpec.compile_cache); the one vocabulary
 # the API, the result schema and the project file validate against.
 CompileCache = Literal["process", "host"]
@@ -147,17 +148,21 @@ def default_timing(device: str) -> TimingPolicy:
     (`GPU_TARGET_HALF_WIDTH`: three H100 processes gave 0.02-0.18% in 7 of 8 cells, 0.45%
     in one; a fourth process narrows the t interval by about a third). CPU: units of two
     children taking turns (sides=split, benchmarks.turns), 1.5 s of timing a side, at most
-    16 units or 45 s of timing, no width floor. Short units and many of them: on this
-    project's 2-core machine the unit-to-unit spread (the processes' own levels, eager's
-    CPU time per call moving 84-97 ms between processes) outweighs what longer units
-    gain, and only more processes narrow it.
+    16 units or 45 s of timing. Short units and many of them: on this project's 2-core
+    machine the unit-to-unit spread (the processes' own levels, eager's CPU time per call
+    moving 84-97 ms between processes) outweighs what longer units gain, and only more
+    processes narrow it. A decided CPU cell also reaches a half-width of 1.5%
+    (`CPU_TARGET_HALF_WIDTH`, half the default 3% threshold, what a first result must reach
+    to judge the next one) or its budget: three units decided a pass at +-4% on a busy
+    host, and a baseline that wide leaves the next run undecided.
     """
     if device == "cuda":
         return TimingPolicy(warmup_iters=20, rounds=2000, iters_per_round=10, max_seconds=2.0,
                             min_rounds=5, cuda_graphs=True, processes=3, max_processes=8,
                             budget_seconds=16.0, target_half_width=GPU_TARGET_HALF_WIDTH)
     return TimingPolicy(warmup_iters=5, rounds=200, iters_per_round=5, max_seconds=1.5,
-                        min_rounds=5, processes=3, max_processes=16, budget_seconds=45.0)
+                        min_rounds=5, processes=3, max_processes=16, budget_seconds=45.0,
+                        target_half_width=CPU_TARGET_HALF_WIDTH)
 
 
 @dataclass(frozen=True)

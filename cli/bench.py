@@ -106,7 +106,7 @@ def register(cli: typer.Typer) -> None:
             "reach this (default 45 on CPU, 16 on GPU; 0: none)."),
         target_half_width: float | None = typer.Option(
             None, min=0.0, max=0.49, help="Adaptive: a decided spec stops only once its CI "
-            "half-width is at most this fraction too (default 0.003 on GPU, 0 on CPU)."),
+            "half-width is at most this fraction too (default 0.003 on GPU, 0.015 on CPU)."),
         compile_cache: str | None = typer.Option(None, help=COMPILE_CACHE_HELP),
         builds: str | None = typer.Option(
             None, help=BUILDS_HELP + " A comma list measures the modes side by side."),

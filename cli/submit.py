@@ -220,7 +220,7 @@ def submit(
         None, min=0, help="Adaptive: timing seconds per cell at most (0: no budget)."),
     target_half_width: float | None = typer.Option(
         None, help="Adaptive: a decided cell stops only once its CI half-width is at most "
-        "this fraction too (server default 0.003 on a GPU, 0 on the CPU)."),
+        "this fraction too (server default 0.003 on a GPU, 0.015 on the CPU)."),
     compile_cache: str | None = typer.Option(
         None, help=COMPILE_CACHE_HELP),
     builds: str | None = typer.Option(None, help=BUILDS_HELP),
@@ -376,7 +376,7 @@ def demo(
     budget: float | None = typer.Option(None, help="Adaptive: timing seconds per cell at most."),
     target_half_width: float | None = typer.Option(
         None, help="Adaptive: CI half-width a decided cell must reach too (default 0.003 "
-        "on a GPU, 0 on the CPU)."),
+        "on a GPU, 0.015 on the CPU)."),
     compile_cache: str | None = typer.Option(
         None, help=COMPILE_CACHE_HELP),
     builds: str | None = typer.Option(None, help=BUILDS_HELP),
