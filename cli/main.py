@@ -21,12 +21,12 @@ from cli import bench, detect, policy, report, service, submit, sweep, worker
 
 def _settings_epilog() -> str:
     """Every setting's environment variable, from the settings class itself (so the list
-    cannot go stale); the README's Configuration table says what each one does."""
+    cannot go stale); docs/configuration.md says what each one does."""
     from app.config import Settings
 
     names = ", ".join(f"SPEEDWATCH_{name.upper()}" for name in Settings.model_fields)
     return (f"Settings are environment variables: {names}. "
-            "What each does: README, Configuration.")
+            "What each does: docs/configuration.md.")
 
 
 cli = typer.Typer(
