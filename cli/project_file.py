@@ -115,7 +115,7 @@ class TimingTable(_Table):
     cuda_graphs: bool | None = None
     compile_cache: CompileCache | None = None
     builds: Builds | None = None
-    max_host_load: float | None = None
+    max_host_load: float | None = Field(default=None, gt=0, le=4096)
 
 
 class ThresholdsTable(_Table):

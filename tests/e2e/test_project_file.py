@@ -295,3 +295,18 @@ def test_report_judges_the_revision_submit_measured_when_head_is_not_given(
                           env={**clean, "SPEEDWATCH_TOKEN": ci_token, "GITHUB_SHA": "cafe0123"})
     assert proc.returncode == EXIT_REGRESSION, proc.stderr  # 2.0x -> 1.5x: disjoint CIs
     assert "cafe0123" in proc.stdout and "base-sha" in proc.stdout
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ('builds = "fast"', "timing.builds: Input should be 'pinned' or 'as-shipped'"),
+    ("max_host_load = -1", "timing.max_host_load: Input should be greater than 0"),
+])
+def test_a_bad_build_mode_or_load_threshold_in_the_file_names_the_files_key(
+        tmp_path: Path, line: str, says: str) -> None:
+    (tmp_path / "speedwatch.toml").write_text(f"[timing]\n{line}\n")
+    done = subprocess.run([sys.executable, "-m", "cli", "submit", "--url", "http://127.0.0.1:9",
+                           "--token", "x", "--project", "p", "--revision", "r"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    [message] = done.stderr.strip().splitlines()
+    assert message == f"error: {tmp_path / 'speedwatch.toml'}: {says}"
