@@ -28,6 +28,34 @@ class BadInput(ValueError):
     """A command line that names no valid matrix; the message is the one line shown."""
 
 
+# A spec's field as the flag `bench` and `submit` spell it, so an error names what was typed.
+FLAG_OF_FIELD = {
+    "model": "--model", "backend": "--backend", "weights": "--weights",
+    "precision": "--precision", "batch_size": "--batch", "shape_mode": "--shape-mode",
+    "opt_level": "--opt-level", "device": "--device", "width": "--width",
+    "image_size": "--image-size", "num_classes": "--num-classes", "seed": "--seed",
+    "options.sides": "--sides", "timing.builds": "--builds",
+    "timing.compile_cache": "--compile-cache", "timing.max_host_load": "--max-host-load",
+    "timing.target_half_width": "--target-half-width",
+}
+
+
+def flag_message(message: str) -> str:
+    """A spec's error ("batch_size: 0 must be ...") with the flag in front ("--batch: ...")."""
+    field, sep, rest = message.partition(": ")
+    flag = FLAG_OF_FIELD.get(field)
+    return f"{flag}: {rest}" if sep and flag else message
+
+
+def _one_of(value: str, allowed: tuple[str, ...], flag: str) -> None:
+    if value not in allowed:
+        import difflib
+
+        close = difflib.get_close_matches(value, allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise BadInput(f"{flag}: {value!r} is not one of {', '.join(allowed)}{hint}")
+
+
 def _split(value: str, name: str) -> list[str]:
     items = [v.strip() for v in value.split(",") if v.strip()]
     if not items:
@@ -76,10 +104,12 @@ def build_matrix(
 
     Optimization levels are each backend's own (benchmarks.spec.OPT_LEVELS): a level that
     some backend of the list has is skipped for the others, one that none has is refused."""
-    from benchmarks.spec import OPT_LEVELS, SpecError
+    from benchmarks.spec import BACKENDS, OPT_LEVELS, SpecError
 
     levels = _split(opt_levels, "opt-level")
     backend_list = _split(backends, "backend")
+    for backend in backend_list:  # before the levels: a misspelt backend has none
+        _one_of(backend, BACKENDS, "--backend")
     for level in levels:
         if not any(level in OPT_LEVELS.get(b, ()) for b in backend_list):
             raise BadInput(f"--opt-level: {level!r} is a level of none of "
@@ -89,7 +119,7 @@ def build_matrix(
     specs = []
     for model, backend, weight, precision, batch, shape, level, mode in itertools.product(
         _split(models, "model"), backend_list, _split(weights, "weights"),
-        _split(precisions, "precision"), _ints(batches, "batch"), _split(shapes, "shape"),
+        _split(precisions, "precision"), _ints(batches, "batch"), _split(shapes, "shape-mode"),
         levels, modes,
     ):
         if level not in OPT_LEVELS.get(backend, ()):
@@ -100,7 +130,7 @@ def build_matrix(
         try:
             specs.append(spec.validate())
         except SpecError as exc:
-            raise BadInput(str(exc)) from None
+            raise BadInput(flag_message(str(exc))) from None
     return specs
 
 
@@ -129,6 +159,18 @@ def _evidence_line(result: BenchResult) -> str:
     if result.compile_seconds is not None:
         parts.append(f"compile {result.compile_seconds:.1f}s")
     return ", ".join(parts)
+
+
+def model_problem(result: BenchResult) -> str | None:
+    """The reason of a cell skipped because its model could not be built (a factory that
+    does not import, a misspelt name): the user's own mistake, not a backend this host
+    lacks. None for any other result."""
+    if result.status != "skipped" or not result.reason:
+        return None
+    model = str(result.spec.get("model", ""))
+    marker = f"model {model}: "
+    at = result.reason.find(marker)
+    return result.reason[at:] if model and at >= 0 else None
 
 
 def failed(result: BenchResult) -> bool:

@@ -134,9 +134,9 @@ def _from_factory(ref: ModelRef, spec: Any) -> BuiltModel:
         missing = exc.name or ""
         if missing and (ref.module == missing or ref.module.startswith(missing + ".")):
             raise ModelUnavailable(
-                f"model {ref.text}: module {missing!r} is not importable in the cell's "
-                f"environment (install it there, or put its directory on the worker's model "
-                f"path; {_where()})") from exc
+                f"model {ref.text}: module {missing!r} is not importable where the cell "
+                f"runs (install it there, or put the directory that holds it on "
+                f"{MODEL_PATH_ENV}; {_where()})") from exc
         raise ModelUnavailable(f"model {ref.text}: importing {ref.module} failed: "
                                f"{_one_line(exc)}") from exc
     except Exception as exc:
@@ -147,8 +147,13 @@ def _from_factory(ref: ModelRef, spec: Any) -> BuiltModel:
         try:
             factory = getattr(factory, part)
         except AttributeError:
+            import difflib
+
+            names = [n for n in dir(factory) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ModelUnavailable(f"model {ref.text}: {ref.module} has no attribute "
-                                   f"{ref.attr!r}") from None
+                                   f"{ref.attr!r}{hint}") from None
     if not callable(factory):
         raise ModelUnavailable(f"model {ref.text}: {ref.attr} is a "
                                f"{type(factory).__name__}, not a factory function")

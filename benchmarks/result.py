@@ -1,8 +1,8 @@
 """The result document: one versioned JSON object per spec.
 
 This is the contract between the measurement core and everything that stores or judges
-results (workers, `POST /api/v1/results`, detection). Bump RESULT_SCHEMA_VERSION on any
-incompatible change; readers refuse versions they do not know.
+results (workers, `POST /api/v1/results`, detection). Its version is
+`benchmarks.schema_version.RESULT_SCHEMA_VERSION`; readers refuse versions they do not know.
 
 The dataclasses here are what the runner writes; what a reader accepts is the typed schema
 in `benchmarks.result_schema`, which `from_dict` applies. It is imported there and not at
@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from benchmarks.schema_version import RESULT_SCHEMA_VERSION
+
 if TYPE_CHECKING:
     from benchmarks.result_schema import BenchResultDocument
-
-RESULT_SCHEMA_VERSION = 1
 
 Status = Literal["ok", "failed", "skipped"]
 

@@ -48,7 +48,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from benchmarks.build import Builds
-from benchmarks.result import RESULT_SCHEMA_VERSION
+from benchmarks.schema_version import RESULT_SCHEMA_VERSION
 from benchmarks.spec import CompileCache
 
 # ---- bounds -------------------------------------------------------------------------------

@@ -317,7 +317,7 @@ def _measure(
     if on_cuda:
         # Best conv algorithms for eager too: the baseline is eager as people deploy it.
         # Runner-level option `cudnn_benchmark`, off by default (PyTorch's own default).
-        # Measured on an H200 (benchmarks/scripts/process_spread.py, ResNet50 fp16 bs32,
+        # Measured on an H200 (experiments/process_spread.py, ResNet50 fp16 bs32,
         # inductor frozen, CUDA graphs, 4 processes each): with cuDNN timing its algorithms
         # in every process the speedup spread 2.11% between processes (CI +-0.03% each);
         # with heuristics it spread 0.09%, and both sides ran faster.

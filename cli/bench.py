@@ -1,6 +1,6 @@
 """`speedwatch bench`: measure a matrix of specs locally and print (or save) the results.
 
-Comma-separated values in --model, --backend, --weights, --precision, --batch, --shape and
+Comma-separated values in --model, --backend, --weights, --precision, --batch, --shape-mode and
 --opt-level form a cross product, one spec per combination (benchmarks.matrix.build_matrix).
 Each spec runs in its own child process by default (--isolate): a crash costs one row, and
 torch.compile variants do not share dynamo's cache within one process.
@@ -30,11 +30,14 @@ from benchmarks.matrix import (
     BadInput,
     build_matrix,
     failed,
+    model_problem,
     parse_options,
     render_table,
     run_matrix,
 )
 from benchmarks.model_ref import BUILTIN_MODELS
+from cli.extras import needs
+from cli.help_format import Command
 from cli.timing_flags import (
     BUILDS_HELP,
     COMPILE_CACHE_HELP,
@@ -60,66 +63,107 @@ def local_models(models: str) -> str:
 
 
 def register(cli: typer.Typer) -> None:
-    @cli.command("bench")
+    @cli.command("bench", cls=Command, rich_help_panel="Measure here")
+    @needs("bench", "bench")
     def bench(
         model: str = typer.Option(
             "resnet50", help="Models, comma-separated: " + MODEL_FORMS + ". A relative "
-            "file: path is taken from the current directory."),
-        backend: str = typer.Option("onnxruntime", help="Backends, comma-separated."),
-        weights: str = typer.Option("constant", help="constant, tensor, refit (comma list)."),
-        precision: str = typer.Option("fp32", help="fp32, fp16, bf16 (comma list)."),
-        batch: str = typer.Option("1", help="Batch sizes, comma-separated."),
-        shape: str = typer.Option("static", help="static, dynamic (comma list)."),
+            "file: path is taken from the current directory.", rich_help_panel="Matrix"),
+        backend: str = typer.Option(
+            "onnxruntime", help="Backends, comma-separated.", rich_help_panel="Matrix"),
+        weights: str = typer.Option(
+            "constant", help="constant, tensor, refit (comma list).", rich_help_panel="Matrix"),
+        precision: str = typer.Option(
+            "fp32", help="fp32, fp16, bf16 (comma list).", rich_help_panel="Matrix"),
+        batch: str = typer.Option(
+            "1", help="Batch sizes, comma-separated.", rich_help_panel="Matrix"),
+        shape_mode: str = typer.Option(
+            "static", "--shape-mode",
+                                       help="static, dynamic (comma list).",
+                                       rich_help_panel="Matrix"),
         opt_level: str = typer.Option(
             "default", "--opt-level", help="Optimization levels (comma list), each "
             "backend's own: onnxruntime disabled/basic/extended/layout/all, inductor "
             "max-autotune-no-cudagraphs/..., tensorrt and torch_tensorrt 0-5; default: "
-            "the backend's default."),
-        device: str = typer.Option("cpu", help="cpu or cuda."),
-        rounds: int | None = typer.Option(None, min=1, help="Paired rounds per process (at "
-                                          "most; default: the service's timing defaults)."),
-        min_rounds: int | None = typer.Option(None, min=1,
-                                              help="Rounds measured even past --max-seconds."),
-        iters_per_round: int | None = typer.Option(None, min=1,
-                                                   help="Timed calls per side per round."),
-        warmup: int | None = typer.Option(None, min=0, help="Warm-up calls per side."),
-        max_seconds: float | None = typer.Option(None, min=0.0,
-                                                 help="Timing seconds per process."),
-        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+            "the backend's default.", rich_help_panel="Matrix"),
+        device: str = typer.Option(
+            "cpu", help="cpu or cuda.", rich_help_panel="Matrix"),
+        threads: int | None = typer.Option(
+            None, min=0, help="CPU threads for both sides; default 1 on the CPU (as `submit` "
+            "and `demo`, so a local run lands in the same series); 0: the library's default "
+            "(all cores).", rich_help_panel="Matrix"),
+        rounds: int | None = typer.Option(
+            None, min=1, help="Paired rounds per process (at "
+                                          "most; default: the service's timing defaults).",
+                                          rich_help_panel="Timing"),
+        min_rounds: int | None = typer.Option(
+            None, min=1,
+                                              help="Rounds measured even past --max-seconds.",
+                                              rich_help_panel="Timing"),
+        iters_per_round: int | None = typer.Option(
+            None, min=1,
+                                                   help="Timed calls per side per round.",
+                                                   rich_help_panel="Timing"),
+        warmup: int | None = typer.Option(
+            None, min=0, help="Warm-up calls per side.", rich_help_panel="Timing"),
+        max_seconds: float | None = typer.Option(
+            None, min=0.0,
+                                                 help="Timing seconds per process.",
+                                                 rich_help_panel="Timing"),
+        cuda_graphs: bool = typer.Option(
+            True, "--cuda-graphs/--no-cuda-graphs",
                                          help="Time CUDA-graph replays (GPU only; a failed "
-                                         "capture falls back and says so)."),
-        width: int = typer.Option(64, help="Stem width (64 = standard ResNet)."),
-        image_size: int = typer.Option(224, help="Input height and width."),
-        num_classes: int = typer.Option(1000, min=1, help="Classifier outputs."),
-        seed: int = typer.Option(0, help="Seed of weights, input and bootstrap."),
-        isolate: bool = typer.Option(True, "--isolate/--no-isolate",
-                                     help="Run each spec in its own child process."),
-        timeout: float = typer.Option(600.0, min=1.0, help="Per-process timeout with --isolate."),
+                                         "capture falls back and says so).",
+                                         rich_help_panel="Timing"),
+        width: int = typer.Option(
+            64, help="Stem width (64 = standard ResNet).", rich_help_panel="Matrix"),
+        image_size: int = typer.Option(
+            224, help="Input height and width.", rich_help_panel="Matrix"),
+        num_classes: int = typer.Option(
+            1000, min=1, help="Classifier outputs.", rich_help_panel="Matrix"),
+        seed: int = typer.Option(
+            0, help="Seed of weights, input and bootstrap.", rich_help_panel="Matrix"),
+        isolate: bool = typer.Option(
+            True, "--isolate/--no-isolate",
+                                     help="Run each spec in its own child process.",
+                                     rich_help_panel="Isolation and output"),
+        timeout: float = typer.Option(
+            600.0, min=1.0, help="Per-process timeout with --isolate.",
+            rich_help_panel="Isolation and output"),
         processes: int | None = typer.Option(
             None, min=1, max=16, help="Processes per spec at least (with --isolate; default "
-            "3): the CI then includes the variance between processes."),
+            "3): the CI then includes the variance between processes.", rich_help_panel="Timing"),
         max_processes: int | None = typer.Option(
             None, min=1, max=32, help="Adaptive: add processes until the CI half-width is "
-            "at most half of --threshold, up to this many (default 16 on CPU, 8 on GPU)."),
+            "at most half of --threshold, up to this many (default 16 on CPU, 8 on GPU).",
+            rich_help_panel="Timing"),
         budget: float | None = typer.Option(
             None, min=0.0, help="Adaptive: stop adding processes once their timing seconds "
-            "reach this (default 45 on CPU, 16 on GPU; 0: none)."),
+            "reach this (default 45 on CPU, 16 on GPU; 0: none).", rich_help_panel="Timing"),
         target_half_width: float | None = typer.Option(
             None, min=0.0, max=0.49, help="Adaptive: a decided spec stops only once its CI "
-            "half-width is at most this fraction too (default 0.003 on GPU, 0.015 on CPU)."),
-        compile_cache: str | None = typer.Option(None, help=COMPILE_CACHE_HELP),
+            "half-width is at most this fraction too (default 0.003 on GPU, 0.015 on CPU).",
+            rich_help_panel="Timing"),
+        compile_cache: str | None = typer.Option(
+            None, help=COMPILE_CACHE_HELP, rich_help_panel="Timing"),
         builds: str | None = typer.Option(
-            None, help=BUILDS_HELP + " A comma list measures the modes side by side."),
-        max_host_load: float | None = typer.Option(None, help=MAX_HOST_LOAD_HELP),
+            None, help=BUILDS_HELP + " A comma list measures the modes side by side.",
+            rich_help_panel="Timing"),
+        max_host_load: float | None = typer.Option(
+            None, help=MAX_HOST_LOAD_HELP, rich_help_panel="Timing"),
         threshold: float = typer.Option(
             0.03, min=0.001, max=0.5, help="The regression threshold the measurement must "
-            "be precise enough to judge at."),
+            "be precise enough to judge at.", rich_help_panel="Timing"),
         sides: str | None = typer.Option(
             None, help="split: each side timed alone in processes of its own (default on "
-            "cpu with --isolate); paired: both sides in every process (default on cuda)."),
-        option: list[str] = typer.Option([], "--option", help="Backend option key=value "
-                                         "(repeatable; JSON values keep their type)."),
-        json_out: Path | None = typer.Option(None, "--json", help="Write results here."),
+            "cpu with --isolate); paired: both sides in every process (default on cuda).",
+            rich_help_panel="Matrix"),
+        option: list[str] = typer.Option(
+            [], "--option", help="Backend option key=value "
+                                         "(repeatable; JSON values keep their type).",
+                                         rich_help_panel="Matrix"),
+        json_out: Path | None = typer.Option(
+            None, "--json", help="Write results here.", rich_help_panel="Isolation and output"),
     ) -> None:
         """Measure eager vs optimized backends, paired and interleaved; print a summary."""
         from dataclasses import replace
@@ -162,6 +206,10 @@ def register(cli: typer.Typer) -> None:
             if chosen not in ("paired", "split"):
                 raise BadInput(f"--sides: {chosen!r} is not paired or split")
             options.pop("sides", None)
+            if threads is None and device == "cpu" and "threads" not in options:
+                threads = 1
+            if threads:
+                options["threads"] = threads
             if chosen == "split":
                 if not isolate:
                     raise BadInput("--sides split times each side in processes of its own: "
@@ -171,7 +219,7 @@ def register(cli: typer.Typer) -> None:
                              num_classes=num_classes, seed=seed, options=options,
                              timing=policy)
             specs = build_matrix(models=local_models(model), backends=backend, weights=weights,
-                                 precisions=precision, batches=batch, shapes=shape, base=base,
+                                 precisions=precision, batches=batch, shapes=shape_mode, base=base,
                                  opt_levels=opt_level, builds=builds)
             if json_out is not None and json_out.parent and not json_out.parent.is_dir():
                 raise BadInput(f"--json: directory {str(json_out.parent)!r} does not exist")
@@ -197,4 +245,10 @@ def register(cli: typer.Typer) -> None:
                 encoding="utf-8",
             )
             typer.echo(f"wrote {len(results)} result(s) to {json_out}")
-        raise typer.Exit(1 if any(failed(r) for r in results) else 0)
+        if any(failed(r) for r in results):
+            raise typer.Exit(1)
+        mistakes = list(dict.fromkeys(p for p in map(model_problem, results) if p))
+        if mistakes:  # as `submit`: a cell the user's model kept from running is not a pass
+            typer.echo(f"error: --model: {mistakes[0]}", err=True)
+            raise typer.Exit(2)
+        raise typer.Exit(0)

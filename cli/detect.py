@@ -28,6 +28,8 @@ from typing import Any
 
 import typer
 
+from cli.help_format import Command
+
 _SERIES_KEYS = {"id", "values", "higher_is_better"}
 _INTERVAL_KEYS = {"ci_low", "ci_high"}
 
@@ -153,7 +155,7 @@ def _read(source: str) -> str:
 
 
 def register(cli: typer.Typer) -> None:
-    @cli.command("detect")
+    @cli.command("detect", cls=Command, rich_help_panel="CI client")
     def detect(
         input: str = typer.Option(..., "--input", "-i",
                                   help="JSON file with the series, or - for stdin"),

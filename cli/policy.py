@@ -16,13 +16,15 @@ import typer
 
 from cli import project_file
 from cli.client import EXIT_ERROR, Api, ClientError
+from cli.help_format import Command
 
 policy_cli = typer.Typer(help="Read or change a project's detection policy.",
                          no_args_is_help=True)
 
 URL = typer.Option(None, envvar="SPEEDWATCH_URL",
                    help="Server, e.g. http://host:8000 (or `url` in the project file).")
-PROJECT = typer.Option(None, help="Project name (or `project` in the project file).")
+PROJECT = typer.Option(None, envvar="SPEEDWATCH_PROJECT",
+                       help="Project name (or `project` in the project file).")
 CONFIG = typer.Option(None, "--config", help="Project file (default: speedwatch.toml, or "
                       "[tool.speedwatch] in pyproject.toml, here or in a parent).")
 
@@ -36,7 +38,7 @@ def _from_file(config: Path | None, project: str | None,
 
 
 def register(cli: typer.Typer) -> None:
-    cli.add_typer(policy_cli, name="policy")
+    cli.add_typer(policy_cli, name="policy", rich_help_panel="CI client")
 
 
 def _path(project: str) -> str:
@@ -65,7 +67,7 @@ def _series_thresholds(pairs: list[str], current: dict[str, float]) -> dict[str,
     return out
 
 
-@policy_cli.command("show")
+@policy_cli.command("show", cls=Command)
 def show(
     project: str | None = PROJECT,
     url: str | None = URL,
@@ -87,7 +89,7 @@ def show(
         api.close()
 
 
-@policy_cli.command("set")
+@policy_cli.command("set", cls=Command)
 def set_policy(
     project: str | None = PROJECT,
     url: str | None = URL,

@@ -18,6 +18,7 @@ import typer
 
 from cli import project_file
 from cli.client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, Api, ClientError
+from cli.help_format import Command
 
 VERDICT_WORDS = {"pass": "pass", "regression": "**REGRESSION**", "inconclusive": "inconclusive",
                  "error": "**error**", "improvement": "improvement"}
@@ -180,7 +181,8 @@ def report(
                                    "project file)."),
     token: str | None = typer.Option(None, envvar="SPEEDWATCH_TOKEN",
                                      help="Token with the read scope (if reads are private)."),
-    project: str | None = typer.Option(None, help="Project name (or `project` in the project "
+    project: str | None = typer.Option(None, envvar="SPEEDWATCH_PROJECT",
+                                       help="Project name (or `project` in the project "
                                        "file)."),
     base: str = typer.Option(..., help="Revision to compare against (its latest finished run)."),
     head: str | None = typer.Option(
@@ -222,4 +224,4 @@ def report(
 
 
 def register(cli: typer.Typer) -> None:
-    cli.command("report")(report)
+    cli.command("report", cls=Command, rich_help_panel="CI client")(report)

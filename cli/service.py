@@ -11,11 +11,19 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli.extras import needs, require
+from cli.help_format import Command
+
 if TYPE_CHECKING:
     from app.config import Settings
 
 token_cli = typer.Typer(help="API tokens (stored hashed; the plaintext is shown once).",
                         no_args_is_help=True)
+
+
+@token_cli.callback()
+def _token_needs_the_server() -> None:
+    require("server", "token")
 
 
 def _fail(message: str) -> typer.Exit:
@@ -146,7 +154,7 @@ def settings_error_line(exc: Exception) -> str:
     return f"settings: {variable}{shown}{path}: {message}{more}"
 
 
-@token_cli.command("create")
+@token_cli.command("create", cls=Command)
 def token_create(
     scope: Annotated[str, typer.Option(help="read | ci | admin (admin implies all)")],
     name: Annotated[str | None, typer.Option(help="a label to recognise it by")] = None,
@@ -174,7 +182,7 @@ def token_create(
     typer.echo(plaintext)
 
 
-@token_cli.command("revoke")
+@token_cli.command("revoke", cls=Command)
 def token_revoke(token_id: Annotated[int, typer.Argument(help="id shown by `token list`")]) -> None:
     """Revoke a token; requests with it get 401 from now on."""
     settings_or_exit()
@@ -192,7 +200,7 @@ def token_revoke(token_id: Annotated[int, typer.Argument(help="id shown by `toke
     typer.echo(f"token {token_id} revoked")
 
 
-@token_cli.command("list")
+@token_cli.command("list", cls=Command)
 def token_list() -> None:
     """List tokens (never their values)."""
     settings_or_exit()
@@ -214,6 +222,8 @@ def token_list() -> None:
 
 
 def register(cli: typer.Typer) -> None:
-    cli.command("serve")(serve)
-    cli.command("migrate")(migrate)
-    cli.add_typer(token_cli, name="token")
+    panel = "Service"
+    cli.command("serve", cls=Command, rich_help_panel=panel)(needs("server", "serve")(serve))
+    cli.command("migrate", cls=Command, rich_help_panel=panel)(needs("server", "migrate")(
+        migrate))
+    cli.add_typer(token_cli, name="token", rich_help_panel="Service")

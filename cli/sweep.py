@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from cli.client import EXIT_ERROR, EXIT_PASS, Api, ClientError, Watched, follow
+from cli.help_format import Command
 from cli.submit import MatrixOptions, _ints, _split
 
 URL = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000")
@@ -28,9 +29,9 @@ SWEEP_FLAGS = {"package": "--package", "from_version": "--from", "to_version": "
 
 
 def register(cli: typer.Typer) -> None:
-    cli.command("sweep")(sweep)
-    cli.command("bisect")(bisect)
-    cli.command("cancel")(cancel)
+    cli.command("sweep", cls=Command, rich_help_panel="CI client")(sweep)
+    cli.command("bisect", cls=Command, rich_help_panel="CI client")(bisect)
+    cli.command("cancel", cls=Command, rich_help_panel="CI client")(cancel)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -191,7 +192,8 @@ def sweep(
     package: str = typer.Option(..., help="An allowlisted package, e.g. onnxruntime."),
     from_version: str = typer.Option(..., "--from", help="Oldest release, e.g. 1.16.0."),
     to_version: str = typer.Option(..., "--to", help="Newest release, e.g. 1.24.4."),
-    project: str = typer.Option(..., help="Project name (created on first use)."),
+    project: str = typer.Option(..., envvar="SPEEDWATCH_PROJECT",
+                                help="Project name (created on first use)."),
     url: str = URL,
     token: str = TOKEN,
     pre: bool = typer.Option(False, "--pre", help="Include pre-releases."),
@@ -238,7 +240,7 @@ def sweep(
 
 
 def bisect(
-    project: str = typer.Option(..., help="Project name."),
+    project: str = typer.Option(..., envvar="SPEEDWATCH_PROJECT", help="Project name."),
     url: str = URL,
     token: str = TOKEN,
     regression: int | None = typer.Option(

@@ -6,10 +6,13 @@ import socket
 
 import typer
 
+from cli.extras import needs
+from cli.help_format import Command
+
 
 def register(cli: typer.Typer) -> None:
-    cli.command("worker")(worker)
-    cli.command("beat")(beat)
+    cli.command("worker", cls=Command, rich_help_panel="Service")(needs("all", "worker")(worker))
+    cli.command("beat", cls=Command, rich_help_panel="Service")(needs("server", "beat")(beat))
 
 
 def worker(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run the GitHub Actions template's benchmark step (docs/ci/github-actions.yml) twice, as two
-# commits, against a local `speedwatch serve` (SQLite, embedded executor), then
+# Run the GitHub action's benchmark step (action.yml, with the inputs of the example workflow
+# docs/ci/github-actions.yml) twice, as two commits, against a local `speedwatch serve` (SQLite, embedded executor), then
 # `speedwatch report` on the two; the Markdown summaries land in the work directory.
 # Usage: bash scripts/ci_template_demo.sh [WORKDIR]   (default: a new temporary directory)
 set -euo pipefail
@@ -16,15 +16,17 @@ TOKEN=$("$bin/speedwatch" token create --scope ci 2>/dev/null)
 serve=$!
 trap 'kill $serve' EXIT
 sleep 8
-export PATH="$bin:$PATH" SPEEDWATCH_URL=http://127.0.0.1:8811 SPEEDWATCH_TOKEN="$TOKEN" \
-       SPEEDWATCH_PROJECT=my-project GITHUB_REF_NAME=main
-export SPEEDWATCH_ARGS="--model resnet50 --backend onnxruntime --weights constant,tensor --batch 1"
-step=$("$bin/python" -c "
-import yaml
-job = yaml.safe_load(open('$repo/docs/ci/github-actions.yml'))['jobs']['speedwatch']
-print([s['run'] for s in job['steps'] if 'speedwatch submit' in s.get('run', '')][0])")
+export PATH="$bin:$PATH" GITHUB_REF_NAME=main
+eval "$(cd "$repo" && "$bin/python" -c "
+import shlex
+from tests import ci_steps
+script, env = ci_steps.github_submit_step({'SPEEDWATCH_URL': 'http://127.0.0.1:8811',
+                                           'SPEEDWATCH_TOKEN': '$TOKEN'})
+for k, v in env.items():
+    print(f'export {k}={shlex.quote(v)}')
+print(f'step={shlex.quote(script)}')")"
 for sha in 1111111 2222222; do
-  GITHUB_SHA=$sha GITHUB_STEP_SUMMARY="$work/summary-$sha.md" bash -c "$step" \
+  GITHUB_SHA=$sha GITHUB_STEP_SUMMARY="$work/summary-$sha.md" GITHUB_OUTPUT="$work/output-$sha" bash -c "$step" \
     > "out-$sha.log" 2>&1 || echo "exit $?" >> "out-$sha.log"
 done
 "$bin/speedwatch" report --project my-project --base 1111111 --head 2222222 > report.md \

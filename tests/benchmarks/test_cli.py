@@ -51,10 +51,15 @@ def test_bench_runs_the_cross_product_and_writes_json(app: typer.Typer, tmp_path
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--model", "resnet7"], "error: model: 'resnet7' is not one of"),
+    (["--model", "resnet7"], "error: --model: 'resnet7' is not one of"),
     (["--batch", "1,x"], "error: --batch: 'x' is not an integer"),
-    (["--batch", "0"], "error: batch_size: 0 must be an integer in [1, 1024]"),
-    (["--weights", "refit"], "error: weights: 'refit' exists only for the tensorrt backends"),
+    (["--batch", "0"], "error: --batch: 0 must be an integer in [1, 1024]"),
+    (["--weights", "refit"], "error: --weights: 'refit' exists only for the tensorrt backends"),
+    # a misspelt backend is named as such, not blamed on the --opt-level the user never gave
+    (["--backend", "onnxrt"], "error: --backend: 'onnxrt' is not one of eager, inductor, "
+                              "onnxruntime, tensorrt, torch_tensorrt (did you mean "
+                              "'onnxruntime'?)"),
+    (["--shape-mode", "dynamc"], "error: --shape-mode: 'dynamc' is not one of"),
     (["--option", "threads"], "error: --option: 'threads' is not key=value"),
     (["--json", "/nonexistent/dir/out.json"], "error: --json: directory '/nonexistent/dir'"),
 ])
@@ -78,6 +83,24 @@ def test_a_failed_spec_exits_1_and_is_still_reported(
     assert doc["status"] == "failed"
     assert "injected fault" in doc["reason"]
     assert "failed" in res.output
+
+
+def test_a_model_that_cannot_be_built_is_the_users_mistake_exit_2_naming_the_flag(
+    app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `submit` does not pass a run whose model was never built, `bench` does not exit 0."""
+    package = tmp_path / "tinynet"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "cnn.py").write_text("def build(batch_size):\n    raise AssertionError\n")
+    monkeypatch.chdir(tmp_path)
+    args = [a for a in TINY if a not in ("resnet18",)]
+    args[args.index("--model") + 1:args.index("--model") + 1] = ["tinynet.cnn:buld"]
+    res = CliRunner().invoke(app, ["bench", *args, "--no-isolate"])
+    assert res.exit_code == 2, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last == ("error: --model: model tinynet.cnn:buld: tinynet.cnn has no attribute "
+                    "'buld' (did you mean 'build'?)")
 
 
 def test_importing_the_command_does_not_import_torch() -> None:

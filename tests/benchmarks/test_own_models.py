@@ -214,8 +214,8 @@ def test_a_package_that_is_not_installed_says_where_it_was_looked_for(model_path
     result = run_spec(_spec("nowhere_pkg.nets:build"))
     assert result.status == "skipped"
     assert result.reason == (
-        "model nowhere_pkg.nets:build: module 'nowhere_pkg' is not importable in the cell's "
-        "environment (install it there, or put its directory on the worker's model path; "
+        "model nowhere_pkg.nets:build: module 'nowhere_pkg' is not importable where the cell "
+        "runs (install it there, or put the directory that holds it on SPEEDWATCH_MODEL_PATH; "
         f"SPEEDWATCH_MODEL_PATH={model_path})")
 
 

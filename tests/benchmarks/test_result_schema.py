@@ -3,7 +3,7 @@ every document the product writes reads back unchanged, a broken one is refused 
 field, and the child process that writes documents still runs without pydantic.
 
 tests/benchmarks/documents holds real documents, written by
-`python -m benchmarks.scripts.result_documents DIR --device cpu|cuda` (the cuda ones on an
+`python -m scripts.result_documents DIR --device cpu|cuda` (the cuda ones on an
 H100): one process, adaptive over several processes paired and split, failed, skipped.
 """
 

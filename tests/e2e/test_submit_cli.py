@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import subprocess
 import sys
+from pathlib import Path
+
+import httpx
 
 from cli.client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, exit_code_for
 from tests.faults.infra import free_port
@@ -56,6 +60,29 @@ def test_without_wait_a_stored_run_is_exit_0_and_a_retry_finds_the_same_run(
     assert (first.returncode, again.returncode) == (EXIT_PASS, EXIT_PASS), first.stderr
     assert "(created)" in first.stderr and "(existing)" in again.stderr
     assert first.stderr.split(" (")[0] == again.stderr.split(" (")[0]  # "run N"
+
+
+def test_bench_and_submit_put_the_same_flags_in_the_same_series(
+    tmp_path: Path, api_url: str, ci_token: str
+) -> None:
+    flags = ["--model", "resnet18", "--backend", "onnxruntime", "--width", "8",
+             "--image-size", "32", "--weights", "constant,tensor", "--batch", "1,2"]
+    out = tmp_path / "bench.json"
+    bench = subprocess.run(
+        [sys.executable, "-m", "cli", "bench", *flags, "--rounds", "3", "--min-rounds", "2",
+         "--iters-per-round", "2", "--warmup", "1", "--max-seconds", "2", "--processes", "1",
+         "--max-processes", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert bench.returncode == 0, bench.stderr
+    bench_keys = sorted(d["series_key"] for d in json.loads(out.read_text()))
+    submitted = _submit("--url", api_url, "--token", ci_token, "--project", "same-series",
+                        "--revision", "r1", *flags)
+    assert submitted.returncode == EXIT_PASS, submitted.stderr
+    run_id = int(submitted.stderr.split("run ")[1].split(" ")[0])
+    run = httpx.get(f"{api_url}/api/v1/runs/{run_id}",
+                    headers={"Authorization": f"Bearer {ci_token}"}).json()
+    assert sorted(c["series_key"] for c in run["cells"]) == bench_keys
+    assert len(bench_keys) == 4 and all("/cpu/t1/" in key for key in bench_keys)
 
 
 def test_verdicts_map_to_ci_exit_codes() -> None:

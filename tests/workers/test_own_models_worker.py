@@ -91,8 +91,8 @@ def test_a_model_the_workers_environment_cannot_import_skips_the_cell_with_the_r
     assert execute_cell(cell_id, worker) == "skipped"
 
     run = reload_run(session, run_id)
-    reason = ("model mypkg.nets:build: module 'mypkg' is not importable in the cell's "
-              "environment (install it there, or put its directory on the worker's model "
-              "path; SPEEDWATCH_MODEL_PATH is not set)")
+    reason = ("model mypkg.nets:build: module 'mypkg' is not importable where the cell runs "
+              "(install it there, or put the directory that holds it on "
+              "SPEEDWATCH_MODEL_PATH; SPEEDWATCH_MODEL_PATH is not set)")
     assert run.cells[0].status == "skipped" and run.cells[0].error == reason
     assert any(r.endswith(f"skipped: {reason}") for r in run.reasons), run.reasons

@@ -5,7 +5,7 @@ weight-representation effect (frozen = constants, unfrozen = tensors) with and w
 graphs, plus the custom-op fusion break, twice, each cell in its own process (torch.compile
 wrappers of one module share dynamo's cache, so variants must not share a process).
 
-    PYTHONPATH=. python3 -m benchmarks.scripts.gpu_suite --out /tmp/gpu --repeats 2
+    PYTHONPATH=. python3 -m experiments.gpu_suite --out /tmp/gpu --repeats 2
 
 With `--processes 3` every cell is measured in 3 processes merged into one result whose CI
 includes the between-process variance; the repeats then check whether two such results agree.

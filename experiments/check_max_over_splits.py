@@ -2,7 +2,7 @@
 simulation: equal-weight white noise of L points, the largest standardized step over every
 split with m points a side, P(max |Z| > b), beside Bonferroni's p times the splits.
 
-    PYTHONPATH=. .venv/bin/python scripts/check_max_over_splits.py    # about 30 s
+    PYTHONPATH=. .venv/bin/python experiments/check_max_over_splits.py    # about 30 s
 """
 
 from __future__ import annotations

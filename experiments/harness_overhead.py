@@ -6,7 +6,7 @@ that records one event pair around K back-to-back replays of the same CUDA graph
 divides by K. Both time the very same captured graph of the same compiled callable, so any
 difference is the harness's own cost. Target: under 2%.
 
-    PYTHONPATH=. python3 -m benchmarks.scripts.harness_overhead --batch 1,32
+    PYTHONPATH=. python3 -m experiments.harness_overhead --batch 1,32
 """
 
 from __future__ import annotations

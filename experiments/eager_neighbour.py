@@ -15,7 +15,7 @@ It also times each candidate alone (eager built, never called while timing), so 
 candidate's side of a split design can be compared with its paired value. Conditions run
 in a shuffled order, repeated, so a drift of the machine cannot line up with one condition.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/scripts/eager_neighbour.py --batch 2,16 --repeats 4
+    PYTHONPATH=. .venv/bin/python experiments/eager_neighbour.py --batch 2,16 --repeats 4
 """
 
 from __future__ import annotations

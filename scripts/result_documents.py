@@ -1,6 +1,6 @@
 """Write real result documents of every shape the product produces, for the schema's tests.
 
-    python -m benchmarks.scripts.result_documents OUT_DIR [--device cuda]
+    python -m scripts.result_documents OUT_DIR [--device cuda]
 
 The documents come from the real code paths, with a short timing policy so they stay
 small: `run_spec` (one process, as `speedwatch bench --no-isolate` and every child write),

@@ -13,7 +13,7 @@ OUT/<name>.json (the result documents), OUT/<name>.txt (bench's own table) and
 OUT/tables.md (the tables for benchmarks/README.md), and prints the tables.
 
     bash scripts/gpu_wheelhouse       # here, once: the wheels the GPU host lacks, into .whl/
-    bash scripts/gpu_run python3 scripts/gpu_issue17.py --out /tmp/issue17    # on the GPU
+    bash scripts/gpu_run python3 experiments/gpu_issue17.py --out /tmp/issue17    # on the GPU
 
 `--device cpu --width 8 --image-size 32` runs the same plumbing on a CPU in seconds.
 """
@@ -36,7 +36,7 @@ MATRICES: dict[str, list[str]] = {
                        "--precision", "fp16", "--batch", "1",
                        "--opt-level", "default,max-autotune-no-cudagraphs"],
     "inductor-shapes": ["--model", "resnet50", "--backend", "inductor", "--weights", "constant",
-                        "--precision", "fp16", "--batch", "1,8", "--shape", "static,dynamic"],
+                        "--precision", "fp16", "--batch", "1,8", "--shape-mode", "static,dynamic"],
 }
 
 

@@ -11,8 +11,8 @@ the corpus's tight ("gpu") intervals and scatter compare with a real GPU (issue 
 intervals drawn as the product measures them).
 
     bash scripts/gpu_wheelhouse       # here, once
-    bash scripts/gpu_run python3 scripts/gpu_series.py --out /tmp/series --points 8
-    python3 scripts/gpu_series.py --out /tmp/series --points 3 --device cpu --width 8 \\
+    bash scripts/gpu_run python3 experiments/gpu_series.py --out /tmp/series --points 8
+    python3 experiments/gpu_series.py --out /tmp/series --points 3 --device cpu --width 8 \\
         --image-size 32 --backend onnxruntime --precision fp32    # the plumbing, on a CPU
 
 Writes OUT/point-NN.json (bench's result documents), OUT/series.json (the `speedwatch

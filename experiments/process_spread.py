@@ -5,7 +5,7 @@ A result's CI describes the rounds inside one process. Two processes can still d
 their CIs if that spread is smaller than the CI. This runs one spec in N child processes per
 setting of a swept runner option and prints the speedups and their spread.
 
-    PYTHONPATH=. python3 -m benchmarks.scripts.process_spread --processes 4 \
+    PYTHONPATH=. python3 -m experiments.process_spread --processes 4 \
         --sweep cudnn_benchmark=true,false
 """
 

@@ -8,7 +8,7 @@ slower than next to ONNX Runtime tensor, which inflates the constant speedup (RE
 "The first-cell bias"). If two copies of the weights in one process are the cause, eager
 next to its own deep copy is slow too.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/scripts/cache_interference.py
+    PYTHONPATH=. .venv/bin/python experiments/cache_interference.py
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ each value lies inside the other's interval, and the processes and timing second
 Per run: the eager medians of the constant and tensor cells of one batch size (the same
 eager model, measured at different positions in the run: the first-cell bias check).
 
-    .venv/bin/python scripts/agreement.py --via submit --out /tmp/agree-submit
-    .venv/bin/python scripts/agreement.py --via bench --out /tmp/agree-bench
+    .venv/bin/python experiments/agreement.py --via submit --out /tmp/agree-submit
+    .venv/bin/python experiments/agreement.py --via bench --out /tmp/agree-bench
 """
 
 from __future__ import annotations
