@@ -15,6 +15,8 @@ from typing import Any
 # Top-level evidence entries that describe the measurement, not the optimized model.
 MEASUREMENT_KEYS = frozenset({"adaptive", "compile", "processes", "timing", "ci_method",
                               "baseline_accuracy", "split_sides",
+                              # each side's own timing window, medians and timestamps
+                              "sides",
                               # the build's whole description is told by its fingerprint
                               "build_choices", "build"})
 # The entry that says whether two results ran the same code, in the words the evidence
@@ -56,3 +58,52 @@ def evidence_changes(before: dict[str, Any] | None,
                for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
     # a changed build first: it explains whatever else moved
     return sorted(changed, key=lambda c: c.name != BUILD_CHANGED_NAME)
+
+
+def fingerprint_summary(fingerprint: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The few entries of a machine's fingerprint a person compares two runs by: the device,
+    the versions that decide the build, the threads and what else ran beside the timing.
+    Entries the machine did not report (a CPU host's `cuda None`) are left out."""
+    fp = fingerprint or {}
+    rows: list[tuple[str, str]] = []
+
+    def add(name: str, value: Any) -> None:
+        if value not in (None, "", [], {}):
+            rows.append((name, str(value)))
+
+    add("gpu", fp.get("gpu"))
+    add("driver", fp.get("driver"))
+    add("cuda", fp.get("cuda"))
+    add("cudnn", fp.get("cudnn"))
+    if not fp.get("gpu"):
+        add("cpu", fp.get("cpu"))
+        add("cores", fp.get("cpu_count"))
+    add("device class", fp.get("device_class"))
+    versions = fp.get("backend_versions") or {}
+    if isinstance(versions, dict):
+        add("versions", ", ".join(f"{name} {v}" for name, v in sorted(versions.items()) if v))
+    add("python", fp.get("python"))
+    add("threads", fp.get("torch_threads"))
+    load = fp.get("host_load")
+    if isinstance(load, dict) and isinstance(load.get("other_cores"), (int, float)):
+        peak = load.get("peak_cores")
+        text = f"{load['other_cores']:.2f} cores used by other processes"
+        if isinstance(peak, (int, float)):
+            text += f" (peak {peak:.2f})"
+        if load.get("loaded"):
+            units = (f"{load['units_loaded']} of {load['units']} units"
+                     if isinstance(load.get("units"), int) else "timed")
+            text += f"; {units} past the {load.get('threshold')}-core threshold: marked busy"
+        add("host load", text)
+    add("host", fp.get("hostname"))
+    return rows
+
+
+def outcome(verdict: str | None, status: str | None) -> str:
+    """A cell's outcome as the colour it is shown in: bad (a regression, an error or a
+    failure), warn (undecided, suspect, skipped) or ok."""
+    if verdict in ("regression", "error") or status in ("failed", "lost"):
+        return "bad"
+    if verdict in ("inconclusive", "suspect", "unconfirmed") or status == "skipped":
+        return "warn"
+    return "ok"

@@ -461,13 +461,33 @@ def run_page(
             return None  # no baseline to compare with
         return evidence_view.evidence_changes(base.evidence, result.evidence)
 
+    def reasons(cell: Cell, result: Result | None) -> list[str]:
+        if cell.error:
+            return [cell.error]
+        if result is not None and result.reason:
+            return [result.reason]
+        return [str(r) for r in (cell.judgement or {}).get("reasons") or []]
+
+    outcomes = {c.series_key: evidence_view.outcome((c.judgement or {}).get("verdict"),
+                                                    c.status) for c, _ in cells}
+
+    def reason_outcome(reason: str) -> str:
+        """A run's reason names its cell's series first: shown in that cell's colour."""
+        key = reason.split(": ", 1)[0]
+        return outcomes.get(key, "warn" if run.verdict == "inconclusive" else
+                            "bad" if run.verdict in ("regression", "error") else "ok")
+
     return _page(
         request, "run.html", run=run, cells=[
             {"cell": c, "result": r, "evidence": evidence_view.flat(r.evidence if r else None),
-             "changes": changes(c, r)}
+             "changes": changes(c, r), "reasons": reasons(c, r),
+             "outcome": outcomes[c.series_key]}
             for c, r in cells],
+        run_reasons=[(reason, reason_outcome(reason)) for reason in run.reasons or []],
         counts=counts, total=total, finished=finished, live=run.status not in RUN_TERMINAL,
-        fingerprint=evidence_view.flat({k: v for k, v in fingerprint.items() if k != "packages"}),
+        fingerprint=evidence_view.fingerprint_summary(fingerprint),
+        fingerprint_all=evidence_view.flat(
+            {k: v for k, v in fingerprint.items() if k != "packages"}),
         packages=sorted((fingerprint.get("packages") or {}).items()), chart=chart,
         unserved=_unserved_queues(session, settings, cells),
     )

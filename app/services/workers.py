@@ -152,10 +152,14 @@ def list_workers(session: Session, settings: Settings,
 def _in_process(settings: Settings, now: datetime) -> WorkerView:
     from benchmarks.fingerprint import visible_gpus
 
+    gpus = visible_gpus()
+    # a host without a GPU does not serve the GPU queues, though it would take their cells
+    # (only to skip them): it is not shown as their consumer
+    queues = _cell_queues(settings) if gpus else [settings.cpu_queue]
     return WorkerView(
         name=f"in-process@{socket.gethostname()}", host=socket.gethostname(), pid=None,
-        kind="in-process", state="alive", queues=_cell_queues(settings),
-        interpreters=sorted(settings.interpreters), gpus=visible_gpus(), concurrency=1,
+        kind="in-process", state="alive", queues=queues,
+        interpreters=sorted(settings.interpreters), gpus=gpus, concurrency=1,
         version="", started_at=None, last_heartbeat_at=now, stopped_at=None,
     )
 
@@ -166,8 +170,9 @@ def _cell_queues(settings: Settings) -> list[str]:
 
 def list_queues(session: Session, settings: Settings,
                 workers: Iterable[WorkerView]) -> list[QueueView]:
-    """Each configured queue with its live consumers and the cells waiting on it: "6 cells
-    queued, 0 workers alive" is the line that tells an operator what to start."""
+    """Each queue a live worker consumes or a cell waits on, with its live consumers and its
+    cells: "6 cells queued, 0 workers alive" is the line that tells an operator what to
+    start. A configured queue nothing consumes and no cell waits on is left out."""
     rows = session.execute(
         select(Cell.queue, Cell.status, func.count())
         .where(Cell.status.in_(("queued", "running"))).group_by(Cell.queue, Cell.status)
@@ -178,7 +183,7 @@ def list_queues(session: Session, settings: Settings,
         if worker.state == "alive":
             for queue in worker.queues:
                 alive[queue] = alive.get(queue, 0) + 1
-    names = sorted(set(settings.queue_names()) | {q for q, _ in counts})
+    names = sorted(set(alive) | {q for q, _ in counts})
     return [QueueView(name, alive.get(name, 0), counts.get((name, "queued"), 0),
                       counts.get((name, "running"), 0)) for name in names]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -117,6 +118,25 @@ def test_the_embedded_executor_lists_itself_with_this_servers_interpreters(
     assert (worker["kind"], worker["state"]) == ("in-process", "alive")
     assert worker["interpreters"] == ["trt-2.7"]
     assert "cpu" in worker["queues"]
+
+
+def test_only_queues_a_live_worker_consumes_or_a_cell_waits_on_are_listed(
+    session: Session, settings: Settings, read_token: str
+) -> None:
+    """The embedded executor on a host without a GPU serves the cpu queue only: no `gpu` queue
+    is shown as live there, and a configured queue nobody consumes is not listed at all."""
+    from benchmarks.fingerprint import visible_gpus
+
+    local = settings.model_copy(update={"executor": "local",
+                                        "gpu_queues": {"cuda": "gpu", "nvidia-h100": "h100"}})
+    with TestClient(create_app(local)) as client:
+        listed = _workers(client, read_token)
+    [worker] = listed["workers"]  # type: ignore[misc]
+    queues = [q["name"] for q in listed["queues"]]  # type: ignore[attr-defined]
+    if visible_gpus():
+        pytest.skip("this host has a GPU: its embedded executor serves the GPU queues")
+    assert worker["queues"] == ["cpu"]
+    assert queues == ["cpu"]
 
 
 # ---- interpreters -------------------------------------------------------------------------

@@ -128,6 +128,8 @@ def test_each_page_loads_with_data_and_draws_its_chart_without_console_errors(
     assert "js-plotly-plot" in (chart.get_attribute("class") or "")
     chart.locator("g.trace").first.wait_for(state="attached", timeout=15_000)  # data drawn
     assert shows in tab.page.inner_text("main")
+    # nothing wider than the 1400 px window: no horizontal scrollbar
+    assert tab.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     assert tab.problems == []
 
 

@@ -208,7 +208,7 @@ def test_the_run_page_shows_what_the_evidence_changed_since_the_baseline_and_all
         pages: TestClient, seeded: Seeded) -> None:
     regression = pages.get("/api/v1/regressions").json()["items"][0]
     page = pages.get(f"/runs/{regression['opened_by_run_id']}").text
-    cells = re.findall(r'<td class="small evidence">(.*?)</td>\s*<td class="small reason">',
+    cells = re.findall(r'<div class="small evidence">(.*?)</div>\s*<div class="small reason">',
                        page, re.S)
     diffs = [re.sub(r"<details.*?</details>", "", c, flags=re.S) for c in cells]
     changed = [d for d in diffs if "evidence-diff" in d]
@@ -436,3 +436,57 @@ def test_the_run_page_shows_each_cells_speedup_before_and_after_with_the_change(
     text = html(pages.get(f"/runs/{seeded.run_ids[-1]}").text)
     assert re.search(r"\d+\.\d\dx → \d+\.\d\dx \([+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\]\)",
                      text), text[:2000]
+
+
+def test_the_fingerprint_is_summarised_as_what_matters_with_unreported_entries_left_out() -> None:
+    from app.dashboard.evidence import fingerprint_summary
+
+    cpu_host = {"cpu": "AMD EPYC", "cpu_count": 2, "cuda": None, "cudnn": None, "gpu": None,
+                "driver": None, "device_class": "cpu", "python": "3.11.7", "torch_threads": 1,
+                "backend_versions": {"onnxruntime": "1.23.2", "tensorrt": None},
+                "hostname": "vm", "platform": "Linux-6.8", "implementation": "CPython",
+                "host_load": {"other_cores": 1.054, "peak_cores": 1.234, "loaded": True,
+                              "threshold": 0.5, "units": 9, "units_loaded": 9}}
+    rows = dict(fingerprint_summary(cpu_host))
+    assert list(rows) == ["cpu", "cores", "device class", "versions", "python", "threads",
+                          "host load", "host"]
+    assert rows["versions"] == "onnxruntime 1.23.2"
+    assert rows["host load"] == ("1.05 cores used by other processes (peak 1.23); 9 of 9 units "
+                                 "past the 0.5-core threshold: marked busy")
+    assert "None" not in " ".join(rows.values())
+    gpu_host = {"gpu": "NVIDIA H100", "driver": "580.1", "cuda": "13.0", "cpu": "Xeon",
+                "cpu_count": 16}
+    assert [name for name, _ in fingerprint_summary(gpu_host)] == ["gpu", "driver", "cuda"]
+
+
+def test_each_sides_timing_window_and_timestamps_are_bookkeeping_not_changes() -> None:
+    from app.dashboard.evidence import evidence_changes
+
+    def evidence(started: str, median: float) -> dict[str, object]:
+        return {"sides": {"baseline": {"started_at": started, "median_ms": median,
+                                       "window": [1.0, 2.0]}},
+                "optimized_node_counts": {"Conv": 53}}
+
+    assert evidence_changes(evidence("2026-11-26T04:01", 116.8),
+                            evidence("2026-11-26T04:07", 119.3)) == []
+
+
+@pytest.mark.parametrize(("verdict", "status", "shown"), [
+    ("pass", "done", "ok"), ("regression", "done", "bad"), ("inconclusive", "done", "warn"),
+    (None, "skipped", "warn"), (None, "failed", "bad"), ("suspect", "done", "warn"),
+])
+def test_a_cells_colour_follows_its_outcome_so_a_pass_is_never_red(
+        verdict: str | None, status: str, shown: str) -> None:
+    from app.dashboard.evidence import outcome
+
+    assert outcome(verdict, status) == shown
+
+
+def test_the_run_page_colours_each_reason_by_its_cells_outcome(
+        pages: TestClient, seeded: Seeded) -> None:
+    regression = pages.get("/api/v1/regressions").json()["items"][0]
+    page = pages.get(f"/runs/{regression['opened_by_run_id']}").text
+    reasons = re.findall(r'<li class="outcome-(\w+)">([^<]+)</li>', page)
+    assert {o for o, r in reasons if r.startswith(regression["series_key"] + ":")} == {"bad"}
+    assert any(o == "ok" for o, _ in reasons)  # the cells that passed are not red
+    assert 'class="cell outcome-bad"' in page and 'class="cell outcome-ok"' in page

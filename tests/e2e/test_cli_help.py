@@ -27,8 +27,8 @@ def _description_starts(text: str) -> list[int]:
     """Where each option's description begins, in columns, in the panels' rows."""
     starts = []
     for line in text.splitlines():
-        m = re.match(r"│ (--[\w-]+(?:, -\w)?(?: / --[\w-]+)?(?: [A-Z|]+(?: \([^)]*\))?(?: \.\.\.)?)?)"
-                     r"( +)\S", line)
+        m = re.match(r"│ (--[\w-]+(?:, -\w)?(?: / --[\w-]+)?"
+                     r"(?: [A-Z|]+(?: \([^)]*\))?(?: \.\.\.)?)?)( +)\S", line)
         if m:
             starts.append(len(m.group(1)) + len(m.group(2)) + 2)
     return starts
