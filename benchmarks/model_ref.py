@@ -44,6 +44,9 @@ Kind = Literal["builtin", "factory", "torchvision", "timm", "pt2"]
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
 _FACTORY_RE = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
+# The factory is one name the module defines: an attribute path (`os.system`,
+# `build.__globals__`) would reach past the module into whatever it imported.
+_FACTORY_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _HUB_RE = re.compile(r"^(torchvision|timm):([A-Za-z0-9][A-Za-z0-9_.\-]*)$")
 _SEGMENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+\-]*$")
 _DIGEST_RE = re.compile(rf"^[0-9a-f]{{{DIGEST_CHARS}}}$")
@@ -69,7 +72,7 @@ class ModelRefError(ValueError):
 class ModelRef:
     kind: Kind
     text: str
-    # factory: the module to import and the attribute path of the factory in it
+    # factory: the module to import and the name of the factory it defines
     module: str | None = None
     attr: str | None = None
     # torchvision / timm: the model's name in that library
@@ -128,7 +131,12 @@ def parse(text: object, *, allow_absolute: bool = False) -> ModelRef:
     if match is None:
         raise ModelRefError(f"{text!r}: expected package.module:factory (Python names "
                             "separated by dots, one ':' before the factory)")
-    return ModelRef("factory", text, module=match.group(1), attr=match.group(2))
+    attr = match.group(2)
+    if not _FACTORY_NAME_RE.match(attr):
+        raise ModelRefError(f"{text!r}: the factory is one name defined in the module "
+                            f"({attr!r} is an attribute path or a private name; write "
+                            "package.module:factory)")
+    return ModelRef("factory", text, module=match.group(1), attr=attr)
 
 
 def _parse_file(text: str, path: str, *, allow_absolute: bool) -> ModelRef:

@@ -142,21 +142,27 @@ def _from_factory(ref: ModelRef, spec: Any) -> BuiltModel:
     except Exception as exc:
         raise ModelUnavailable(f"model {ref.text}: importing {ref.module} raised "
                                f"{_one_line(exc)}") from exc
-    factory: Any = module
-    for part in ref.attr.split("."):
-        try:
-            factory = getattr(factory, part)
-        except AttributeError:
-            import difflib
+    try:
+        factory: Any = getattr(module, ref.attr)
+    except AttributeError:
+        import difflib
 
-            names = [n for n in dir(factory) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ModelUnavailable(f"model {ref.text}: {ref.module} has no attribute "
-                                   f"{ref.attr!r}{hint}") from None
-    if not callable(factory):
-        raise ModelUnavailable(f"model {ref.text}: {ref.attr} is a "
-                               f"{type(factory).__name__}, not a factory function")
+        names = [n for n in dir(module) if not n.startswith("_")]
+        close = difflib.get_close_matches(ref.attr, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ModelUnavailable(f"model {ref.text}: {ref.module} has no attribute "
+                               f"{ref.attr!r}{hint}") from None
+    package = ref.module.split(".")[0]
+    defined_in = str(getattr(factory, "__module__", None) or "")
+    if not (inspect.isfunction(factory) or inspect.isclass(factory)) or not (
+            defined_in == package or defined_in.startswith(package + ".")):
+        # only code of the package the server allows is called: a name the module imported
+        # (`from os import system`) is not a factory of that package
+        raise ModelUnavailable(
+            f"model {ref.text}: {ref.attr} is not a function or class defined in package "
+            f"{package!r} ({type(factory).__name__}"
+            f"{f' from {defined_in}' if defined_in else ''}); name a factory the package "
+            "itself defines")
     try:
         inspect.signature(factory).bind(spec.batch_size)
     except TypeError:

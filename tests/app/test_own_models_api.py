@@ -45,6 +45,8 @@ BAD_MODELS = [
     ("file:model.onnx", "ending in .pt2"),
     ("mypkg.nets", "is not one of resnet18"),
     ("mypkg.nets:build()", "expected package.module:factory"),
+    ("mypkg.nets:os.system", "the factory is one name defined in the module"),
+    ("mypkg.nets:build.__globals__.get", "the factory is one name defined in the module"),
     ("torchvision:../x", "expected torchvision:NAME"),
     ("os:system", "package 'os' is not one this server imports models from (listed in "
      "SPEEDWATCH_MODEL_PACKAGES: mypkg)"),

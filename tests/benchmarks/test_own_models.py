@@ -55,7 +55,6 @@ def model_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 @pytest.mark.parametrize(("text", "kind"), [
     ("resnet50", "builtin"),
     ("mypkg.nets:build", "factory"),
-    ("mypkg.nets:Builder.make", "factory"),
     ("torchvision:resnet18", "torchvision"),
     ("timm:vit_tiny_patch16_224.augreg_in21k", "timm"),
     ("file:small.pt2", "pt2"),
@@ -79,6 +78,11 @@ def test_each_form_of_model_is_recognised(text: str, kind: str) -> None:
     ("mypkg.nets:", "expected package.module:factory"),
     ("my-pkg.nets:build", "expected package.module:factory"),
     ("mypkg.nets:build;rm", "expected package.module:factory"),
+    # an attribute path reaches past the module into what it imported
+    ("mypkg.nets:os.system", "the factory is one name defined in the module ('os.system' is"),
+    ("mypkg.nets:build.__globals__", "the factory is one name defined in the module"),
+    ("mypkg.nets:_private", "an attribute path or a private name"),
+    ("mypkg.nets:Builder.make", "the factory is one name defined in the module"),
     ("torchvision:", "expected torchvision:NAME"),
     ("timm:a/b", "expected timm:NAME"),
     ("pkg." + "x" * 90 + ":f", "at most 87 characters"),
@@ -217,6 +221,25 @@ def test_a_package_that_is_not_installed_says_where_it_was_looked_for(model_path
         "model nowhere_pkg.nets:build: module 'nowhere_pkg' is not importable where the cell "
         "runs (install it there, or put the directory that holds it on SPEEDWATCH_MODEL_PATH; "
         f"SPEEDWATCH_MODEL_PATH={model_path})")
+
+
+@pytest.mark.parametrize("name", ["touch", "getcwd", "Path"])
+def test_a_name_the_module_imported_from_elsewhere_is_never_called(
+    model_path: Path, tmp_path: Path, name: str
+) -> None:
+    """Only code the allowed package defines runs: `from sidefx import touch` in mypkg.nets
+    does not make `mypkg.nets:touch` a factory of mypkg (nor `os.getcwd`, nor a class)."""
+    marker = tmp_path / "called"
+    (model_path / "sidefx.py").write_text(
+        f"def touch(batch_size):\n    open({str(marker)!r}, 'w').close()\n")
+    write_package(model_path, extra="from os import getcwd\nfrom pathlib import Path\n"
+                                     "from sidefx import touch\n")
+    result = run_spec(_spec(f"mypkg.nets:{name}"))
+    assert result.status == "skipped"
+    assert result.reason is not None and result.reason.startswith(
+        f"model mypkg.nets:{name}: {name} is not a function or class defined in package "
+        "'mypkg' (")
+    assert not marker.exists()
 
 
 def test_a_factory_without_that_attribute_is_skipped(model_path: Path) -> None:
