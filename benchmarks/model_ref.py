@@ -41,15 +41,17 @@ MAX_LOCAL_PATH = 1000
 
 Kind = Literal["builtin", "factory", "torchvision", "timm", "pt2"]
 
+# `\Z`, not `$`: in Python `$` also matches before a trailing newline, and "mypkg.nets:build\n"
+# would name a series its own points route cannot reach.
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
-_FACTORY_RE = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
+_FACTORY_RE = re.compile(rf"^({_DOTTED}):({_DOTTED})\Z")
 # The factory is one name the module defines: an attribute path (`os.system`,
 # `build.__globals__`) would reach past the module into whatever it imported.
-_FACTORY_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-_HUB_RE = re.compile(r"^(torchvision|timm):([A-Za-z0-9][A-Za-z0-9_.\-]*)$")
-_SEGMENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+\-]*$")
-_DIGEST_RE = re.compile(rf"^[0-9a-f]{{{DIGEST_CHARS}}}$")
+_FACTORY_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\Z")
+_HUB_RE = re.compile(r"^(torchvision|timm):([A-Za-z0-9][A-Za-z0-9_.\-]*)\Z")
+_SEGMENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+\-]*\Z")
+_DIGEST_RE = re.compile(rf"^[0-9a-f]{{{DIGEST_CHARS}}}\Z")
 
 # One pattern for the API's JSON schema (the relative `file:` form only; lengths are
 # checked apart): documentation for clients, the validator below is what decides.

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.detection.verdict import DEFAULT_THRESHOLD, BaselineKind
 
-_DIGEST = re.compile(r"@[0-9a-f]{12}$")  # benchmarks.model_ref: label "@" 12 hex digits
+_DIGEST = re.compile(r"@[0-9a-f]{12}\Z")  # benchmarks.model_ref: label "@" 12 hex digits
 
 
 def _without_digest(series_key: str) -> str:

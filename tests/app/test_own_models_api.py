@@ -46,6 +46,7 @@ BAD_MODELS = [
     ("mypkg.nets", "is not one of resnet18"),
     ("mypkg.nets:build()", "expected package.module:factory"),
     ("mypkg.nets:os.system", "the factory is one name defined in the module"),
+    ("mypkg.nets:build\n", "expected package.module:factory"),
     ("mypkg.nets:build.__globals__.get", "the factory is one name defined in the module"),
     ("torchvision:../x", "expected torchvision:NAME"),
     ("os:system", "package 'os' is not one this server imports models from (listed in "

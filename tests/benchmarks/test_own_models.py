@@ -83,6 +83,10 @@ def test_each_form_of_model_is_recognised(text: str, kind: str) -> None:
     ("mypkg.nets:build.__globals__", "the factory is one name defined in the module"),
     ("mypkg.nets:_private", "an attribute path or a private name"),
     ("mypkg.nets:Builder.make", "the factory is one name defined in the module"),
+    # a trailing newline would make a series key its own points route cannot reach
+    ("mypkg.nets:build\n", "expected package.module:factory"),
+    ("torchvision:resnet18\n", "expected torchvision:NAME"),
+    ("file:small.pt2\n", "ending in .pt2"),
     ("torchvision:", "expected torchvision:NAME"),
     ("timm:a/b", "expected timm:NAME"),
     ("pkg." + "x" * 90 + ":f", "at most 87 characters"),
