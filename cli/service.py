@@ -44,11 +44,11 @@ def _database_error_reason(exc: Exception) -> str | None:
 def _schema_ready_or_exit(settings: Settings) -> None:
     """Refuse to serve a database this code cannot use (one line naming the fix); one that
     cannot be reached yet is only warned about, since it may come up after the API."""
-    from sqlalchemy import create_engine
+    from app.db import make_engine, schema_problem
 
-    from app.db import normalize_database_url, schema_problem
-
-    engine = create_engine(normalize_database_url(settings.database_url))
+    # the service's own engine, so SPEEDWATCH_DB_CONNECT_TIMEOUT_SECONDS bounds this check too
+    # (a database that accepts connections and never answers held startup for minutes)
+    engine = make_engine(settings)
     try:
         with engine.connect() as connection:
             problem = schema_problem(connection)
