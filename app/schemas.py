@@ -587,7 +587,8 @@ class CompareRowPublic(BaseModel):
     series_key: str
     base: SpeedupPublic
     head: SpeedupPublic
-    change: float = Field(description="head speedup / base speedup - 1")
+    change: float | None = Field(description="head speedup / base speedup - 1; null when the "
+                                 "ratio is no finite number")
     ci_overlap: bool = Field(description="true: the two CIs overlap, the change may be noise")
 
 

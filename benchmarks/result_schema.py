@@ -64,6 +64,9 @@ MAX_ROUND_SAMPLES = 100_000
 # Samples of one side in all: a bound on memory whatever the shape of the rounds.
 MAX_SAMPLES_PER_SIDE = 5_000_000
 MAX_PROCESSES = 64  # evidence.processes entries (the API allows 32 processes)
+# A speedup is the ratio of the document's own medians (benchmarks.runner and isolation write
+# exactly that; 165 stored documents agree to the last digit): beyond this, it contradicts them.
+SPEEDUP_TOLERANCE = 1e-6
 MAX_NAME = 200  # identifiers: keys, package names, versions, methods
 MAX_LINE = 1_000  # one line of description: platform, CPU and GPU names, hostnames
 MAX_PATH = 4_096  # a filesystem path
@@ -90,7 +93,19 @@ Name = Annotated[str, Field(strict=True, max_length=MAX_NAME)]
 Line = Annotated[str, Field(strict=True, max_length=MAX_LINE)]
 FilePath = Annotated[str, Field(strict=True, max_length=MAX_PATH)]
 Text = Annotated[str, Field(strict=True, max_length=MAX_TEXT)]
-Timestamp = Annotated[str, Field(strict=True, max_length=MAX_TIMESTAMP)]
+def _iso_timestamp(value: str) -> str:
+    """An ISO 8601 time, as the runner writes (datetime.isoformat); kept as written."""
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value[:40]!r} is not an ISO 8601 time") from None
+    return value
+
+
+Timestamp = Annotated[str, Field(strict=True, max_length=MAX_TIMESTAMP),
+                      AfterValidator(_iso_timestamp)]
 SeriesKey = Annotated[str, Field(strict=True, min_length=1, max_length=MAX_SERIES_KEY)]
 DeviceClass = Annotated[str, Field(strict=True, min_length=1, max_length=100)]  # the column
 StderrTail = Annotated[str, Field(strict=True, max_length=MAX_STDERR_TAIL)]
@@ -221,6 +236,12 @@ class LatencySummaryDocument(Closed):
     p05_ms: Positive
     p95_ms: Positive
     mean_ms: Positive
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LatencySummaryDocument:
+        if not self.p05_ms <= self.median_ms <= self.p95_ms:
+            raise ValueError("p05_ms <= median_ms <= p95_ms does not hold")
+        return self
 
 
 class SpeedupDocument(Closed):
@@ -522,6 +543,7 @@ class BenchResultDocument(Closed):
             if total > MAX_SAMPLES_PER_SIDE:
                 _raise_at((side,), "too_many_samples",
                           f"{total} samples; at most {MAX_SAMPLES_PER_SIDE} per side", total)
+        self._agrees_with_itself()
         child_side = self.spec.options.model_extra.get("_side") if self.spec.options.model_extra \
             else None
         if self.status == "ok" and self.speedup is None and child_side not in (
@@ -530,6 +552,33 @@ class BenchResultDocument(Closed):
             # input to benchmarks.isolation, never a result to store (the store says so).
             _raise_at(("speedup",), "speedup_missing", "status 'ok' needs a speedup", None)
         return self
+
+    def _agrees_with_itself(self) -> None:
+        """A document whose figures contradict each other is refused, naming the field: the
+        speedup is the ratio of its own medians (the runner writes exactly that), a count is
+        the number of samples it summarises, only a measured result has a speedup, and the
+        series is of the spec's device."""
+        if self.status != "ok" and self.speedup is not None:
+            _raise_at(("speedup",), "speedup_without_result",
+                      f"a {self.status} result has no speedup", None)
+        for side in ("baseline", "candidate"):
+            summary: LatencySummaryDocument | None = getattr(self, side)
+            total = sum(len(r) for r in getattr(self, f"{side}_samples_ms"))
+            if summary is not None and total and summary.n != total:
+                _raise_at((side, "n"), "count_mismatch",
+                          f"n is {summary.n}, the document holds {total} samples", summary.n)
+        if self.speedup is not None and self.baseline is not None \
+                and self.candidate is not None:
+            own = self.baseline.median_ms / self.candidate.median_ms
+            if not math.isfinite(own) or abs(self.speedup.value / own - 1) > SPEEDUP_TOLERANCE:
+                _raise_at(("speedup", "value"), "speedup_mismatch",
+                          f"{self.speedup.value:.6g} is not the ratio of the document's own "
+                          f"medians ({own:.6g})", self.speedup.value)
+        key_device = self.series_key.split("/")[6] if self.series_key.count("/") >= 6 else None
+        if key_device is not None and (key_device == "cpu") != (self.spec.device == "cpu"):
+            _raise_at(("series_key",), "device_mismatch",
+                      f"a {key_device} series for a spec on device {self.spec.device!r}",
+                      self.series_key)
 
 
 

@@ -206,6 +206,13 @@ class BenchSpec:
             ("width", self.width, 4, 256),
             ("timing.processes", self.timing.processes, 1, 16),
             ("timing.max_processes", self.timing.max_processes, 0, 32),
+            # the API's own bounds (app.schemas.TimingIn): a stored document keeps to them too
+            ("timing.rounds", self.timing.rounds, 1, 100_000),
+            ("timing.min_rounds", self.timing.min_rounds, 1, 100_000),
+            ("timing.iters_per_round", self.timing.iters_per_round, 1, 10_000),
+            ("timing.warmup_iters", self.timing.warmup_iters, 0, 10_000),
+            ("timing.bootstrap_resamples", self.timing.bootstrap_resamples, 100, 100_000),
+            ("num_classes", self.num_classes, 1, 100_000),
         ]:
             if not isinstance(value, int) or not lo <= value <= hi:
                 raise SpecError(f"{name}: {value!r} must be an integer in [{lo}, {hi}]")

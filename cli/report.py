@@ -158,7 +158,8 @@ def compare_markdown(comparison: dict[str, Any], base_run: dict[str, Any],
         lines.append(
             f"| {link} | {b['speedup']:.2f}x [{b['ci_low']:.2f}, {b['ci_high']:.2f}] | "
             f"{h['speedup']:.2f}x [{h['ci_low']:.2f}, {h['ci_high']:.2f}] | "
-            f"{row['change'] * 100:+.1f}% | {'yes' if row['ci_overlap'] else '**no**'} |")
+            f"{'-' if row['change'] is None else format(row['change'] * 100, '+.1f') + '%'} | "
+            f"{'yes' if row['ci_overlap'] else '**no**'} |")
     for side, keys in (("base", comparison["only_in_base"]), ("head", comparison["only_in_head"])):
         if keys:
             lines.append(f"\nOnly in {side}: {', '.join(_md(k) for k in keys)}")
@@ -219,7 +220,8 @@ def report(
     if summary is not None:
         with summary.open("a", encoding="utf-8") as f:
             f.write(text)
-    disjoint = any(not row["ci_overlap"] and row["change"] < 0 for row in comparison["series"])
+    disjoint = any(not row["ci_overlap"] and (row["change"] or 0) < 0
+                   for row in comparison["series"])
     raise typer.Exit(EXIT_REGRESSION if disjoint else EXIT_PASS)
 
 

@@ -390,13 +390,14 @@ def compare_page(
                                "comparison": None}
     if base is not None and head is not None:
         comparison = series_service.compare_runs(session, base, head, access)
-        rows = sorted(comparison.rows, key=lambda r: r.change)
+        rows = sorted(comparison.rows, key=lambda r: (r.change is None, r.change or 0.0))
         context.update(
             comparison=comparison, rows=rows,
             base_run=run_service.get_run(session, base, access),
             head_run=run_service.get_run(session, head, access),
             chart=figures.changes_figure(
-                [figures.Change(r.series_key, r.change, not r.ci_overlap) for r in rows],
+                [figures.Change(r.series_key, r.change, not r.ci_overlap) for r in rows
+                 if r.change is not None],
                 empty_reason="the two runs share no series with a measured point",
             ),
         )

@@ -12,6 +12,7 @@ names the project, or leaves it out when the key exists in one project only
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -324,9 +325,11 @@ class CompareRow:
     head: Result
 
     @property
-    def change(self) -> float:
+    def change(self) -> float | None:
+        """None where the ratio overflows: JSON has no infinity, and a 500 told nobody why."""
         assert self.base.speedup and self.head.speedup
-        return self.head.speedup / self.base.speedup - 1.0
+        change = self.head.speedup / self.base.speedup - 1.0
+        return change if math.isfinite(change) else None
 
     @property
     def ci_overlap(self) -> bool:

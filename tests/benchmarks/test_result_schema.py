@@ -69,6 +69,53 @@ def test_a_ok_document_without_a_speedup_is_refused_unless_it_is_one_side() -> N
     assert BenchResult.from_dict(doc).speedup is None
 
 
+def _contradicted(change: Any) -> str:
+    doc = json.loads((DOCUMENTS / "cpu-single.json").read_text())
+    change(doc)
+    with pytest.raises(ResultError) as refused:
+        BenchResult.from_dict(doc)
+    return str(refused.value)
+
+
+def _set(path: str, value: Any) -> Any:
+    def change(doc: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for part in parents:
+            doc = doc[part]
+        doc[last] = value
+    return change
+
+
+@pytest.mark.parametrize(("change", "refusal"), [
+    # a speedup its own medians do not give (one opened a regression)
+    (_set("speedup", {"value": 6.0, "ci_low": 5.5, "ci_high": 6.5}),
+     r"^speedup\.value: 6 is not the ratio of the document's own medians \(5\.26968\)$"),
+    (_set("speedup", {"value": 5e-324, "ci_low": 5e-324, "ci_high": 5e-324}),
+     r"^speedup\.value: 4\.94066e-324 is not the ratio"),
+    (_set("baseline.p05_ms", 1e9), r"^baseline: p05_ms <= median_ms <= p95_ms does not hold"),
+    (_set("candidate.n", 10**9), r"^candidate\.n: n is 1000000000, the document holds \d+ "
+                                 r"samples$"),
+    (_set("status", "failed"), r"^speedup: a failed result has no speedup$"),
+    (_set("spec.device", "cuda"), r"^series_key: a cpu series for a spec on device 'cuda'$"),
+    (_set("started_at", "not-a-date"), r"^started_at: 'not-a-date' is not an ISO 8601 time$"),
+], ids=["speedup", "tiny-speedup", "quantiles", "count", "failed-with-speedup",
+        "device", "timestamp"])
+def test_a_document_that_contradicts_itself_is_refused_naming_the_field(
+        change: Any, refusal: str) -> None:
+    import re
+
+    assert re.search(refusal, _contradicted(change)), _contradicted(change)
+
+
+def test_a_spec_with_negative_rounds_is_not_a_spec() -> None:
+    from benchmarks.spec import BenchSpec, SpecError
+
+    doc = json.loads((DOCUMENTS / "cpu-single.json").read_text())
+    doc["spec"]["timing"]["rounds"] = -5
+    with pytest.raises(SpecError, match=r"^timing\.rounds: -5 must be an integer in"):
+        BenchSpec.from_dict(doc["spec"]).validate()
+
+
 def test_the_schema_names_its_bounds_in_the_json_schema() -> None:
     """What a client reads in the OpenAPI document is what the reader enforces."""
     schema = BenchResultDocument.model_json_schema()
