@@ -21,6 +21,7 @@ from app.api.middleware import (
     JsonDepthLimitMiddleware,
     Metrics,
     MetricsMiddleware,
+    SecurityHeadersMiddleware,
 )
 from app.api.routes import (
     compare,
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(JsonDepthLimitMiddleware, max_depth=MAX_JSON_BODY_DEPTH)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(SecurityHeadersMiddleware)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens,
                    projects, workers, docs, sweeps, environments):
         app.include_router(module.router)

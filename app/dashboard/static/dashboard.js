@@ -204,3 +204,9 @@ document.addEventListener("DOMContentLoaded", () => {
   followSweep();
   setupSweepCancel();
 });
+
+// Filters submit their form when changed (a listener, not an inline handler: the pages'
+// content security policy allows no inline script).
+document.querySelectorAll("select[data-autosubmit]").forEach((select) => {
+  select.addEventListener("change", () => select.form.submit());
+});
