@@ -86,14 +86,47 @@ def cell_row(cell: dict[str, Any]) -> dict[str, Any]:
             "reasons": judgement.get("reasons")}
 
 
+def unit_spread(out: Path) -> str:
+    """How far apart the processes (units) of each stored cell landed: the standard
+    deviation of their speedups relative to their mean, read from each pair's SQLite store
+    (`evidence.processes`). This bounds the half-width a cell can reach in its budget."""
+    import sqlite3
+    import statistics
+
+    lines = ["| pair | result | series | units | unit speedups' SD |", "|---|---|---|---|---|"]
+    spreads = []
+    for db in sorted(out.glob("pair-*/data/speedwatch.db")):
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("select r.id, s.key, r.evidence from results r "
+                                "join series s on s.id = r.series_id order by r.id").fetchall()
+        for result_id, key, evidence in rows:
+            speedups = [p["speedup"] for p in json.loads(evidence).get("processes") or []
+                        if isinstance(p.get("speedup"), (int, float))]
+            if len(speedups) >= 3:
+                sd = statistics.stdev(speedups) / statistics.mean(speedups)
+                spreads.append(sd)
+                lines.append(f"| {db.parts[-3]} | {result_id} | {key} | {len(speedups)} | "
+                             f"{sd:.2%} |")
+    if spreads:
+        lines.append(f"\n{len(spreads)} results: {min(spreads):.2%} to {max(spreads):.2%}, "
+                     f"median {statistics.median(spreads):.2%}")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--co-tenants", type=int, default=0)
     parser.add_argument("--port", type=int, default=8795)
+    parser.add_argument("--unit-spread", action="store_true",
+                        help="only write OUT/unit-spread.md from a finished campaign's stores")
     args = parser.parse_args()
     out: Path = args.out.resolve()
+    if args.unit_spread:
+        (out / "unit-spread.md").write_text(unit_spread(out))
+        print((out / "unit-spread.md").read_text())
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("SPEEDWATCH_MAX_HOST_LOAD", None)  # the guard as a user gets it
