@@ -163,8 +163,9 @@ def _from_factory(ref: ModelRef, spec: Any) -> BuiltModel:
             f"{package!r} ({type(factory).__name__}"
             f"{f' from {defined_in}' if defined_in else ''}); name a factory the package "
             "itself defines")
+    call: Any = factory  # a function or a class: called with the batch size
     try:
-        inspect.signature(factory).bind(spec.batch_size)
+        inspect.signature(call).bind(spec.batch_size)
     except TypeError:
         raise ModelUnavailable(
             f"model {ref.text}: the factory must accept the batch size, as "
@@ -172,7 +173,7 @@ def _from_factory(ref: ModelRef, spec: Any) -> BuiltModel:
     except ValueError:
         pass  # no signature to inspect (a builtin): let the call say
     try:
-        made = factory(spec.batch_size)
+        made = call(spec.batch_size)
     except Exception as exc:
         raise ModelUnavailable(f"model {ref.text}: the factory raised {_one_line(exc)}") \
             from exc
