@@ -49,7 +49,7 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from benchmarks.build import Builds
 from benchmarks.schema_version import RESULT_SCHEMA_VERSION
-from benchmarks.spec import CompileCache
+from benchmarks.spec import CompileCache, SpecError, parse_series_key
 
 # ---- bounds -------------------------------------------------------------------------------
 # Generous against what the product writes, tight against abuse. The API's body limit
@@ -574,8 +574,11 @@ class BenchResultDocument(Closed):
                 _raise_at(("speedup", "value"), "speedup_mismatch",
                           f"{self.speedup.value:.6g} is not the ratio of the document's own "
                           f"medians ({own:.6g})", self.speedup.value)
-        key_device = self.series_key.split("/")[6] if self.series_key.count("/") >= 6 else None
-        if key_device is not None and (key_device == "cpu") != (self.spec.device == "cpu"):
+        try:
+            key_device = str(parse_series_key(self.series_key)["device_class"])
+        except SpecError:
+            return  # a key of another shape: the store refuses it, naming series_key
+        if (key_device == "cpu") != (self.spec.device == "cpu"):
             _raise_at(("series_key",), "device_mismatch",
                       f"a {key_device} series for a spec on device {self.spec.device!r}",
                       self.series_key)
