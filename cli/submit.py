@@ -164,14 +164,14 @@ def _check_timing_flags(compile_cache: str | None, builds: str | None,
 
 def submit(
     url: str | None = typer.Option(
-            None, envvar="SPEEDWATCH_URL",
+        None, envvar="SPEEDWATCH_URL",
                                    help="Server, e.g. http://host:8000 (or `url` in the "
                                    "project file).", rich_help_panel="Server and project"),
     token: str = typer.Option(
-            ..., envvar="SPEEDWATCH_TOKEN", help="Token with the ci scope.",
+        ..., envvar="SPEEDWATCH_TOKEN", help="Token with the ci scope.",
             rich_help_panel="Server and project"),
     project: str | None = typer.Option(
-            None, envvar="SPEEDWATCH_PROJECT",
+        None, envvar="SPEEDWATCH_PROJECT",
                                        help="Project name (created on first use; or "
                                        "`project` in the project file).",
                                        rich_help_panel="Server and project"),
@@ -180,7 +180,7 @@ def submit(
         "such as GITHUB_SHA or CI_COMMIT_SHA, else git rev-parse HEAD).",
         rich_help_panel="Server and project"),
     branch: str | None = typer.Option(
-            None, help="Branch label (default: the CI's branch "
+        None, help="Branch label (default: the CI's branch "
                                       "variable, else git's current branch).",
                                       rich_help_panel="Server and project"),
     config: Path | None = typer.Option(
@@ -188,34 +188,34 @@ def submit(
         "in pyproject.toml, here or in the nearest parent up to the repository's root); "
         "flags override it.", rich_help_panel="Server and project"),
     pin: list[str] | None = typer.Option(
-        None, "--pin", help="name==version to test (repeatable), e.g. onnxruntime==1.22.0."
-    , rich_help_panel="Environment"),
+        None, "--pin", help="name==version to test (repeatable), e.g. onnxruntime==1.22.0.",
+        rich_help_panel="Environment"),
     interpreter: str | None = typer.Option(
-        None, help="A named interpreter the workers know, instead of pins."
-    , rich_help_panel="Environment"),
+        None, help="A named interpreter the workers know, instead of pins.",
+        rich_help_panel="Environment"),
     model: list[str] | None = typer.Option(
-            None, help=_model_help(), rich_help_panel="Matrix"),
+        None, help=_model_help(), rich_help_panel="Matrix"),
     backend: list[str] | None = typer.Option(
-            None, help="Backends, e.g. onnxruntime,inductor.", rich_help_panel="Matrix"),
+        None, help="Backends, e.g. onnxruntime,inductor.", rich_help_panel="Matrix"),
     weights: list[str] | None = typer.Option(
-            None, help="constant, tensor, refit.", rich_help_panel="Matrix"),
+        None, help="constant, tensor, refit.", rich_help_panel="Matrix"),
     precision: list[str] | None = typer.Option(
-            None, help="fp32, fp16, bf16.", rich_help_panel="Matrix"),
+        None, help="fp32, fp16, bf16.", rich_help_panel="Matrix"),
     batch: list[str] | None = typer.Option(
-            None, help="Batch sizes, e.g. 1,8.", rich_help_panel="Matrix"),
+        None, help="Batch sizes, e.g. 1,8.", rich_help_panel="Matrix"),
     shape_mode: list[str] | None = typer.Option(
-            None, help="static, dynamic.", rich_help_panel="Matrix"),
+        None, help="static, dynamic.", rich_help_panel="Matrix"),
     opt_level: list[str] | None = typer.Option(
         None, "--opt-level", help="Optimization levels, each backend's own (onnxruntime "
         "disabled/basic/extended/all, inductor max-autotune-no-cudagraphs, tensorrt 0-5).",
         rich_help_panel="Matrix"),
     device: str | None = typer.Option(
-            None, help='"cpu" (default), "cuda" or a GPU class the '
+        None, help='"cpu" (default), "cuda" or a GPU class the '
                                       'server routes.', rich_help_panel="Matrix"),
     image_size: int | None = typer.Option(
-            None, help="Input image size (default 224).", rich_help_panel="Matrix"),
+        None, help="Input image size (default 224).", rich_help_panel="Matrix"),
     width: int | None = typer.Option(
-            None, help="ResNet stem width (default 64).", rich_help_panel="Matrix"),
+        None, help="ResNet stem width (default 64).", rich_help_panel="Matrix"),
     threads: int | None = typer.Option(
         None, min=0, help="CPU threads for both sides; default 1 on the CPU (as `demo`: "
         "steadier timings on a shared host); 0: the library's default (all cores).",
@@ -225,18 +225,18 @@ def submit(
         "on the CPU); paired: both sides in every process (default on a GPU). A change "
         "starts a new series.", rich_help_panel="Matrix"),
     rounds: int | None = typer.Option(
-            None, min=1, help="Timing rounds per process (at most).", rich_help_panel="Timing"),
+        None, min=1, help="Timing rounds per process (at most).", rich_help_panel="Timing"),
     iters_per_round: int | None = typer.Option(
-            None, min=1, help="Inferences per round.", rich_help_panel="Timing"),
+        None, min=1, help="Inferences per round.", rich_help_panel="Timing"),
     warmup: int | None = typer.Option(
-            None, min=0, help="Warm-up inferences.", rich_help_panel="Timing"),
+        None, min=0, help="Warm-up inferences.", rich_help_panel="Timing"),
     cuda_graphs: bool | None = typer.Option(
         None, "--cuda-graphs/--no-cuda-graphs",
         help="GPU cells: time CUDA-graph replays (server default: on; a failed capture "
         "falls back and says so). A change of timing mode starts a new series.",
         rich_help_panel="Timing"),
     max_seconds: float | None = typer.Option(
-            None, min=0.001, help="Timing seconds per process.", rich_help_panel="Timing"),
+        None, min=0.001, help="Timing seconds per process.", rich_help_panel="Timing"),
     processes: int | None = typer.Option(
         None, min=1, help="Processes per cell at least (default 3): the CI covers the variance "
         "between processes, i.e. what a second run would see.", rich_help_panel="Timing"),
@@ -253,20 +253,20 @@ def submit(
     compile_cache: str | None = typer.Option(
         None, help=COMPILE_CACHE_HELP, rich_help_panel="Timing"),
     builds: str | None = typer.Option(
-            None, help=BUILDS_HELP, rich_help_panel="Timing"),
+        None, help=BUILDS_HELP, rich_help_panel="Timing"),
     max_host_load: float | None = typer.Option(
-            None, help=MAX_HOST_LOAD_HELP, rich_help_panel="Timing"),
+        None, help=MAX_HOST_LOAD_HELP, rich_help_panel="Timing"),
     idempotency_key: str | None = typer.Option(
-        None, help="Same key = same run on retry (default: identical request = same run)."
-    , rich_help_panel="Waiting and reports"),
+        None, help="Same key = same run on retry (default: identical request = same run).",
+        rich_help_panel="Waiting and reports"),
     wait: bool = typer.Option(
-            False, "--wait", help="Wait for the verdict; exit 0 pass, "
+        False, "--wait", help="Wait for the verdict; exit 0 pass, "
                               "1 regression, 2 error, 3 inconclusive.",
                               rich_help_panel="Waiting and reports"),
     timeout: float = typer.Option(
-            3600.0, help="Seconds to wait with --wait.", rich_help_panel="Waiting and reports"),
+        3600.0, help="Seconds to wait with --wait.", rich_help_panel="Waiting and reports"),
     poll: float = typer.Option(
-            2.0, help="Seconds between polls with --wait.", rich_help_panel="Waiting and reports"),
+        2.0, help="Seconds between polls with --wait.", rich_help_panel="Waiting and reports"),
     summary: Path | None = typer.Option(
         None, help="With --wait: append a Markdown table (before/after speedup, CI, verdict, "
         "links) to this file, e.g. \"$GITHUB_STEP_SUMMARY\".",
