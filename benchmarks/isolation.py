@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import build, fingerprint, host, stats
+from benchmarks.clocks import SIDE_WALL_ROUNDS, WALL_CLOCK
 from benchmarks.result import Accuracy, BenchResult, ResultError
 from benchmarks.spec import (
     CHILD_SIDES,
@@ -816,7 +817,19 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
         raise ResultError(f"the sides were timed differently (baseline {tb.get('mode')}, "
                           f"candidate {tc.get('mode')}): measure with sides=paired")
     policy = spec.timing
-    speedup = stats.speedup_ci(baseline.baseline_samples_ms, candidate.candidate_samples_ms,
+    base_rounds, cand_rounds = baseline.baseline_samples_ms, candidate.candidate_samples_ms
+    base_summary, cand_summary = baseline.baseline, candidate.candidate
+    fallback = None
+    if tb.get("clock") != tc.get("clock"):
+        # One side fell back to the wall clock (other threads of its process worked beside
+        # the timed one): both sides are compared by the wall clock, which each child kept.
+        base_rounds, cand_rounds = (_wall_rounds(tb, base_rounds, "baseline"),
+                                    _wall_rounds(tc, cand_rounds, "candidate"))
+        base_summary, cand_summary = stats.summary(base_rounds), stats.summary(cand_rounds)
+        fallen = "baseline" if tb.get("clock") == WALL_CLOCK else "candidate"
+        why = tb.get("clock_fallback") or tc.get("clock_fallback") or "no reason recorded"
+        fallback = f"{fallen} side: {why}; both sides compared by the wall clock"
+    speedup = stats.speedup_ci(base_rounds, cand_rounds,
                                resamples=policy.bootstrap_resamples, seed=policy.seed)
     evidence = dict(candidate.evidence)
     evidence["timing"] = {
@@ -837,12 +850,11 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
     for key in ("clock_fallback",):
         if tb.get(key) and not tc.get(key):
             evidence["timing"][key] = tb[key]
-    if tb.get("clock") != tc.get("clock"):
-        # one side fell back to the wall clock: the other's CPU time is not comparable
-        raise ResultError(f"the sides were timed by different clocks (baseline "
-                          f"{tb.get('clock')}, candidate {tc.get('clock')}): "
-                          f"{tb.get('clock_fallback') or tc.get('clock_fallback')}")
+    if fallback is not None:
+        evidence["timing"].update(clock=WALL_CLOCK, clock_fallback=fallback)
+        evidence["timing"].pop("wall", None)  # the wall clock is the samples now
     evidence["timing"].pop("side", None)
+    evidence["timing"].pop(SIDE_WALL_ROUNDS, None)
     evidence["sides"] = {
         "order": order,
         **{name: {"rounds": len(samples), "timing_seconds": t.get("timing_seconds"),
@@ -850,8 +862,8 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
                   "started_at": r.started_at, "finished_at": r.finished_at,
                   "window": t.get("window")}
            for name, r, samples, summary, t in (
-               ("baseline", baseline, baseline.baseline_samples_ms, baseline.baseline, tb),
-               ("candidate", candidate, candidate.candidate_samples_ms, candidate.candidate, tc))},
+               ("baseline", baseline, base_rounds, base_summary, tb),
+               ("candidate", candidate, cand_rounds, cand_summary, tc))},
     }
     kernels = {**(baseline.evidence.get("kernels_per_inference") or {}),
                **(candidate.evidence.get("kernels_per_inference") or {})}
@@ -877,10 +889,10 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
         spec=spec.to_dict(),
         status="ok",
         reason=candidate.reason,
-        baseline_samples_ms=baseline.baseline_samples_ms,
-        candidate_samples_ms=candidate.candidate_samples_ms,
-        baseline=baseline.baseline,
-        candidate=candidate.candidate,
+        baseline_samples_ms=base_rounds,
+        candidate_samples_ms=cand_rounds,
+        baseline=base_summary,
+        candidate=cand_summary,
         speedup=speedup,
         accuracy=candidate.accuracy,
         compile_seconds=candidate.compile_seconds,
@@ -894,6 +906,19 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
     )
     joined.check()
     return joined
+
+
+def _wall_rounds(timing: dict[str, Any], rounds: list[list[float]],
+                 side: str) -> list[list[float]]:
+    """A side's samples by the wall clock: its own samples where it was timed by it, else
+    the wall rounds its child kept beside the CPU clock."""
+    if timing.get("clock") == WALL_CLOCK:
+        return rounds
+    wall = timing.get(SIDE_WALL_ROUNDS)
+    if not isinstance(wall, list) or len(wall) != len(rounds):
+        raise ResultError(f"the {side} side was timed by its thread's CPU time and kept no "
+                          "wall-clock rounds to compare with the other side's wall clock")
+    return [[float(x) for x in r] for r in wall]
 
 
 COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR",)

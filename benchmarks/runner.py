@@ -41,10 +41,11 @@ import torch
 from benchmarks import build, fingerprint, host, model_ref, stats
 from benchmarks.accuracy import compare, tolerance
 from benchmarks.backends import BackendUnavailable, get_backend
+from benchmarks.clocks import CUDA_CLOCK, SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
 from benchmarks.models import build_model, example_input, model_dtype
 from benchmarks.result import BenchResult
 from benchmarks.spec import LATER_PROCESS_OPTION, BenchSpec, SpecError
-from benchmarks.timing import CUDA_CLOCK, THREAD_CLOCK, WALL_CLOCK, capture_cuda_graph, time_paired
+from benchmarks.timing import capture_cuda_graph, time_paired
 from benchmarks.turns import ChildTurns
 
 KERNEL_COUNT_INFERENCES = 5
@@ -430,6 +431,10 @@ def _measure(
         **({"window": list(samples.window)} if samples.window else {}),
         **({"pinned_cores": pinned} if pinned else {}),
         **({"side": side} if side is not None else {}),
+        # a split child's own wall rounds, for the join should the other side fall back to
+        # the wall clock (benchmarks.isolation.join_sides removes them)
+        **({SIDE_WALL_ROUNDS: samples.wall_baseline_ms or samples.wall_candidate_ms}
+           if side is not None and samples.clock == THREAD_CLOCK else {}),
     }
 
     with _stage("statistics"):

@@ -37,13 +37,11 @@ from typing import Any, Protocol
 
 import torch
 
+from benchmarks.clocks import THREAD_CLOCK, WALL_CLOCK
 from benchmarks.spec import TimingPolicy
 
 Fn = Callable[[], Any]
 
-WALL_CLOCK = "perf_counter_ns"
-THREAD_CLOCK = "thread_time_ns"
-CUDA_CLOCK = "cuda_event"
 # Other threads of the process may use this share of the timed thread's CPU time before
 # its CPU time is no longer the whole of the work (then the wall clock is used).
 HELPER_CPU_TOLERANCE = 0.02

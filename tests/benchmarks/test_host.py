@@ -18,10 +18,11 @@ from dataclasses import replace
 import pytest
 
 from benchmarks import host
+from benchmarks.clocks import THREAD_CLOCK, WALL_CLOCK
 from benchmarks.isolation import LOAD_REMEASURES, AdaptiveMeasurement
 from benchmarks.spec import BenchSpec, TimingPolicy
 from benchmarks.stats import Reference
-from benchmarks.timing import THREAD_CLOCK, WALL_CLOCK, time_paired
+from benchmarks.timing import time_paired
 
 SpecFactory = Callable[..., BenchSpec]
 BUSY = "while True: pass"

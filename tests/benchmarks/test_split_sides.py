@@ -13,11 +13,12 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.isolation import run_isolated
+from benchmarks.clocks import SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
+from benchmarks.isolation import join_sides, run_isolated
 from benchmarks.result import BenchResult, ResultError
 from benchmarks.runner import run_spec
 from benchmarks.spec import BenchSpec, SpecError, default_sides
-from benchmarks.stats import speedup_ci
+from benchmarks.stats import speedup_ci, summary
 
 SpecFactory = Callable[..., BenchSpec]
 
@@ -102,3 +103,66 @@ def test_a_failing_side_fails_the_unit_and_names_the_side(
     result = run_isolated(spec, timeout_s=300)
     assert result.status == "failed"
     assert (result.reason or "").startswith("baseline side: ")
+
+
+def _side_child(side: str, rounds: list[list[float]], *, clock: str,
+                wall_rounds: list[list[float]] | None = None,
+                fallback: str | None = None) -> BenchResult:
+    """A split child's document as benchmarks.runner writes it for one side."""
+    spec = BenchSpec(device="cpu", options={"threads": 1, "sides": "split", "_side": side})
+    timing: dict[str, object] = {"mode": "nographs", "clock": clock, "side": side,
+                                 "rounds": len(rounds), "timing_seconds": 1.0}
+    if wall_rounds is not None:
+        timing[SIDE_WALL_ROUNDS] = wall_rounds
+    if fallback is not None:
+        timing["clock_fallback"] = fallback
+    doc = BenchResult(series_key="k", spec=spec.to_dict(), status="ok",
+                      evidence={"timing": timing}, fingerprint={"device_class": "cpu"})
+    if side == "baseline":
+        doc.baseline_samples_ms, doc.baseline = rounds, summary(rounds)
+    else:
+        doc.candidate_samples_ms, doc.candidate = rounds, summary(rounds)
+    return doc
+
+
+def test_a_side_fallen_back_to_the_wall_clock_takes_the_other_side_with_it() -> None:
+    # The baseline's thread was timed by its CPU time (8 ms) while its wall clock read 10 ms;
+    # the candidate's process had helper threads, so its child fell back to the wall (5 ms).
+    # Comparing 8 ms of CPU with 5 ms of wall would say 1.6x; the wall clocks say 2.0x.
+    base = _side_child("baseline", [[8.0, 8.1]] * 6, clock=THREAD_CLOCK,
+                       wall_rounds=[[10.0, 10.1]] * 6)
+    cand = _side_child("candidate", [[5.0, 5.05]] * 6, clock=WALL_CLOCK,
+                       fallback="other threads of the process used 2.1% of the timed thread's "
+                                "CPU time")
+    spec = BenchSpec(device="cpu", options={"threads": 1, "sides": "split"})
+    joined = join_sides(spec, base, cand, order=["baseline", "candidate"])
+    assert joined.status == "ok"
+    assert joined.baseline_samples_ms == [[10.0, 10.1]] * 6
+    assert joined.speedup is not None and joined.speedup.value == pytest.approx(10.05 / 5.025)
+    timing = joined.evidence["timing"]
+    assert timing["clock"] == WALL_CLOCK
+    assert timing["clock_fallback"].startswith("candidate side: other threads")
+    assert timing["clock_fallback"].endswith("both sides compared by the wall clock")
+    assert SIDE_WALL_ROUNDS not in timing and "side" not in timing
+    assert joined.evidence["sides"]["baseline"]["median_ms"] == pytest.approx(10.05)
+
+
+def test_sides_on_one_clock_keep_it_and_leave_no_child_bookkeeping() -> None:
+    base = _side_child("baseline", [[8.0, 8.1]] * 4, clock=THREAD_CLOCK,
+                       wall_rounds=[[10.0, 10.1]] * 4)
+    cand = _side_child("candidate", [[4.0, 4.05]] * 4, clock=THREAD_CLOCK,
+                       wall_rounds=[[5.0, 5.05]] * 4)
+    spec = BenchSpec(device="cpu", options={"threads": 1, "sides": "split"})
+    joined = join_sides(spec, base, cand, order=["candidate", "baseline"])
+    assert joined.evidence["timing"]["clock"] == THREAD_CLOCK
+    assert "clock_fallback" not in joined.evidence["timing"]
+    assert SIDE_WALL_ROUNDS not in joined.evidence["timing"]
+    assert joined.speedup is not None and joined.speedup.value == pytest.approx(8.05 / 4.025)
+
+
+def test_a_cpu_timed_side_without_its_wall_rounds_cannot_be_joined_to_a_wall_side() -> None:
+    base = _side_child("baseline", [[8.0]] * 3, clock=THREAD_CLOCK)
+    cand = _side_child("candidate", [[5.0]] * 3, clock=WALL_CLOCK, fallback="helpers")
+    spec = BenchSpec(device="cpu", options={"threads": 1, "sides": "split"})
+    with pytest.raises(ResultError, match=r"baseline side .* kept no wall-clock rounds"):
+        join_sides(spec, base, cand, order=["baseline", "candidate"])
