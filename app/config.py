@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     # (`speedwatch worker --queues webhooks`): a receiver that is slow or down then holds
     # up other deliveries at worst, never a benchmark cell waiting for a worker.
     webhook_queue: str = "webhooks"
+    # Beat's reconciler sweeps have a queue of their own too (consumed beside the webhooks
+    # by default, `speedwatch worker --queues webhooks,maintenance`): behind benchmark cells
+    # on `cpu` they piled up during an outage and ran long after it ended.
+    maintenance_queue: str = "maintenance"
     # `speedwatch serve`
     host: str = "127.0.0.1"
     port: int = 8000
@@ -215,7 +219,8 @@ class Settings(BaseSettings):
 
     def queue_names(self) -> list[str]:
         """All queues, for workers and the Celery app to declare explicitly."""
-        return sorted({self.cpu_queue, self.webhook_queue, *self.gpu_queues.values()})
+        return sorted({self.cpu_queue, self.webhook_queue, self.maintenance_queue,
+                       *self.gpu_queues.values()})
 
 
 def _url_password(url: str) -> str | None:

@@ -610,9 +610,16 @@ class ResultIngestedPublic(BaseModel):
 
 
 class HealthPublic(BaseModel):
-    status: Literal["ok", "unavailable"]
+    """ok: every dependency answers; degraded: the broker does not (reads, uploads and
+    triggers still work); unavailable: the database does not."""
+
+    status: Literal["ok", "degraded", "unavailable"]
     database: str
     broker: str
+
+
+class LivePublic(BaseModel):
+    status: Literal["ok"]
 
 
 class RegressionPublic(BaseModel):

@@ -32,8 +32,15 @@ DELIVER_WEBHOOK_TASK = "speedwatch.deliver_webhook"
 
 
 def queue_names(settings: Settings) -> list[str]:
-    """Every queue a worker may consume: cpu, webhooks and one per configured GPU class."""
+    """Every queue a worker may consume: cpu, webhooks, maintenance and one per configured
+    GPU class."""
     return settings.queue_names()
+
+
+def reconcile_interval(settings: Settings) -> float:
+    """Seconds between beat's reconciler sweeps."""
+    return settings.reconcile_interval_seconds or float(
+        max(15, settings.reconcile_after_seconds // 4))
 
 
 def time_limits(settings: Settings) -> tuple[float, float]:
@@ -98,7 +105,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
         task_queues=[Queue(name, routing_key=name) for name in queue_names(settings)],
         task_default_queue=settings.cpu_queue,
         task_create_missing_queues=False,
-        task_routes={RECONCILE_TASK: {"queue": settings.cpu_queue},
+        task_routes={RECONCILE_TASK: {"queue": settings.maintenance_queue},
                      DELIVER_WEBHOOK_TASK: {"queue": settings.webhook_queue}},
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -122,8 +129,10 @@ def make_celery(settings: Settings | None = None) -> Celery:
         beat_schedule={
             "reconcile-stuck-cells": {
                 "task": RECONCILE_TASK,
-                "schedule": settings.reconcile_interval_seconds
-                or float(max(15, settings.reconcile_after_seconds // 4)),
+                "schedule": reconcile_interval(settings),
+                # a sweep nobody took within its interval is stale: the next one does its
+                # work, so sweeps never pile up behind a missing consumer
+                "options": {"expires": reconcile_interval(settings)},
             }
         },
     )

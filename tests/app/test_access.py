@@ -51,7 +51,7 @@ WRITES: dict[tuple[str, str], str] = {
 }
 # GET routes anyone may call: probes and the API's own documentation (`/metrics` is a read:
 # run counts and the route list are not for everyone when reads are private).
-PUBLIC_READS = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
+PUBLIC_READS = {"/healthz", "/readyz", "/livez", "/openapi.json", "/docs", "/docs/oauth2-redirect",
                 "/redoc", "/static/dashboard.{name}", "/static/plotly.min.js",
                 "/static/swagger/{name}"}
 # GET routes that need more than `read`, public reads or not.
@@ -272,6 +272,8 @@ PROJECT_DATA: dict[tuple[str, str], str] = {
 TOKEN_MANAGEMENT = "token management: an admin token of every project only"
 NO_PROJECT_DATA: dict[tuple[str, str], str] = {
     ("GET", "/healthz"): "a probe",
+    ("GET", "/readyz"): "a probe",
+    ("GET", "/livez"): "a probe",
     ("GET", "/metrics"): "server-wide counts by status, naming no project",
     ("GET", "/openapi.json"): "the API's own description",
     ("GET", "/docs"): "the API's own description",

@@ -57,7 +57,7 @@ def test_devices_route_to_explicit_queues() -> None:
     settings = Settings(gpu_queues={"cuda": "gpu", "nvidia-h100": "gpu-h100"})
     assert settings.queue_for_device("cpu") == "cpu"
     assert settings.queue_for_device("nvidia-h100") == "gpu-h100"
-    assert settings.queue_names() == ["cpu", "gpu", "gpu-h100", "webhooks"]
+    assert settings.queue_names() == ["cpu", "gpu", "gpu-h100", "maintenance", "webhooks"]
     with pytest.raises(KeyError):
         settings.queue_for_device("tpu")
 

@@ -41,15 +41,20 @@ def test_database_outage_is_503_with_the_reason(
     assert time.monotonic() - started < 10
 
 
-def test_healthz_names_the_failing_dependency(outage_client: TestClient) -> None:
-    response = outage_client.get("/healthz")
-    assert response.status_code == 503
-    body = response.json()
-    assert body["status"] == "unavailable"
-    assert body["database"].startswith("unavailable: ")
+def test_a_database_outage_is_not_ready_yet_the_process_is_alive(
+    outage_client: TestClient,
+) -> None:
+    for path in ("/healthz", "/readyz"):
+        response = outage_client.get(path)
+        assert response.status_code == 503
+        body = response.json()
+        assert body["status"] == "unavailable"
+        assert body["database"].startswith("unavailable: ")
+    # liveness reads no dependency: restarting the process would not bring the store back
+    assert outage_client.get("/livez").json() == {"status": "ok"}
 
 
-def test_healthz_checks_the_real_broker_when_celery_executes(settings: Settings) -> None:
+def test_a_broker_outage_degrades_health_but_leaves_the_api_ready(settings: Settings) -> None:
     up = settings.model_copy(update={"executor": "celery",
                                      "broker_url": "redis://127.0.0.1:6379/0"})
     with TestClient(create_app(up)) as client:
@@ -58,10 +63,15 @@ def test_healthz_checks_the_real_broker_when_celery_executes(settings: Settings)
     down = settings.model_copy(update={"executor": "celery",
                                        "broker_url": "redis://127.0.0.1:1/0"})
     with TestClient(create_app(down)) as client:
-        response = client.get("/healthz")
-    assert response.status_code == 503
-    assert response.json()["broker"].startswith("unavailable: ")
-    assert response.json()["database"] == "ok"
+        health, ready = client.get("/healthz"), client.get("/readyz")
+        live = client.get("/livez")
+    # reads, uploads and triggers work without the broker: a load balancer keeps the API
+    for response in (health, ready):
+        assert response.status_code == 200
+        assert response.json()["status"] == "degraded"
+        assert response.json()["broker"].startswith("unavailable: ")
+        assert response.json()["database"] == "ok"
+    assert live.status_code == 200
 
 
 def test_metrics_count_requests_by_route_template_and_runs_by_status(

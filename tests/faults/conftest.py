@@ -40,6 +40,7 @@ def base_env(settings: Settings, queue: str, tmp_path: Path) -> dict[str, str]:
         "SPEEDWATCH_EXECUTOR": "celery",
         "SPEEDWATCH_CPU_QUEUE": queue,
         "SPEEDWATCH_WEBHOOK_QUEUE": f"{queue}-hooks",
+        "SPEEDWATCH_MAINTENANCE_QUEUE": f"{queue}-maintenance",
         "SPEEDWATCH_PUBLIC_READS": "true",
         "SPEEDWATCH_ENVIRONMENT": "development",
         "SPEEDWATCH_VENV_CACHE_DIR": str(tmp_path / "venvs"),

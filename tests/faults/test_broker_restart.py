@@ -30,7 +30,7 @@ RECONCILE_AFTER_S = 10  # the smallest the settings allow
 
 
 def queued_cells(server: PrivateRedis, queue: str) -> int:
-    """run_cell messages waiting in the queue (beat's reconcile messages share it)."""
+    """run_cell messages waiting in the queue."""
     messages = server.client().lrange(queue, 0, -1)
     return sum(json.loads(m)["headers"]["task"] == "speedwatch.run_cell" for m in messages)
 
@@ -47,6 +47,7 @@ def test_runs_queued_when_redis_restarts_all_finish_and_reads_keep_working(
                  "SPEEDWATCH_CELL_TIMEOUT_SECONDS": "60"}
     url = procs.serve()
     procs.worker("worker", queue)
+    procs.worker("maintenance", f"{queue}-maintenance")  # beat's reconciler sweeps
     procs.start("beat", "beat", "--schedule", str(tmp_path / "beat-schedule"))
     headers = {"Authorization": f"Bearer {token}"}
     run_ids = []
@@ -80,7 +81,7 @@ def test_runs_queued_when_redis_restarts_all_finish_and_reads_keep_working(
 
     assert [r.status_code for r in reads] == [200, 200]
     assert listing.status_code == 200 and len(listing.json()["items"]) == 2
-    assert health.status_code == 503
+    assert health.status_code == 200 and health.json()["status"] == "degraded"
     assert health.json()["broker"].startswith("unavailable")
     assert health.json()["database"] == "ok"
 

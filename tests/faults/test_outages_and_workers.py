@@ -52,6 +52,7 @@ def test_a_run_triggered_while_the_broker_is_down_runs_when_it_is_back(
                  "SPEEDWATCH_CELL_TIMEOUT_SECONDS": "60"}
     url = procs.serve()
     procs.worker("worker", queue)
+    procs.worker("maintenance", f"{queue}-maintenance")  # beat's reconciler sweeps
     procs.start("beat", "beat", "--schedule", str(tmp_path / "beat-schedule"))
 
     private_redis.kill()

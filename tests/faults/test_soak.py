@@ -89,6 +89,7 @@ def test_soak_every_triggered_cell_gets_one_result_and_no_request_a_5xx(
                  "SPEEDWATCH_CELL_TIMEOUT_SECONDS": "60"}
     url = procs.serve()
     procs.worker("worker", queue)
+    procs.worker("maintenance", f"{queue}-maintenance")  # beat's reconciler sweeps
     procs.start("beat", "beat", "--schedule", str(tmp_path / "beat-schedule"))
     tally = Tally()
     stop = threading.Event()

@@ -90,3 +90,29 @@ def test_a_worker_killed_mid_sweep_blocks_the_others_sweeps_one_interval_not_fiv
         assert channel.visibility_timeout == visibility
         assert interval == max(1, min(60, visibility // 4))
         assert channel.unacked_mutex_expire == max(10, interval) < 300
+
+
+def test_beats_reconciler_sweeps_have_their_own_queue_and_expire_unconsumed() -> None:
+    """Behind benchmark cells on the cpu queue, sweeps piled up during an outage (107 of
+    them) and the last run finished long after the broker returned."""
+    from workers.celery_app import RECONCILE_TASK, make_celery
+
+    tag = secrets.token_hex(4)
+    settings = _celery_settings(f"cpu-{tag}").model_copy(update={
+        "maintenance_queue": f"maintenance-{tag}", "reconcile_interval_seconds": 7.0})
+    app = make_celery(settings)
+    entry = app.conf.beat_schedule["reconcile-stuck-cells"]
+    client = redis.Redis.from_url(settings.broker_url)
+    try:
+        # what beat does with the entry: send the task with the entry's options
+        app.send_task(entry["task"], **entry["options"])
+        assert client.llen(settings.cpu_queue) == 0
+        import json
+
+        message = json.loads(client.lindex(settings.maintenance_queue, -1) or b"{}")
+        assert message["headers"]["task"] == RECONCILE_TASK
+        assert message["headers"]["expires"] is not None  # stale after one interval
+        assert entry["schedule"] == entry["options"]["expires"] == 7.0
+    finally:
+        client.delete(settings.cpu_queue, settings.maintenance_queue)
+        client.close()

@@ -1,6 +1,17 @@
-"""Liveness with its dependencies: the database always, the broker when Celery executes."""
+"""Health, split as Kubernetes splits it, so that a broker outage does not take a working
+API out of a load balancer.
+
+- /livez: the process answers (no dependency is read): restart it when this fails.
+- /readyz: it can serve: the database is reachable and migrated. Reads, uploads and
+  triggers work without the broker (a trigger's cells wait in SQL and the reconciler sends
+  them once the broker is back), so the broker does not decide readiness.
+- /healthz: the whole report: 503 when the database is down, 200 "degraded" when only the
+  broker is (when Celery executes), with each dependency's state.
+"""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -10,7 +21,7 @@ from app.api.deps import SettingsDep
 from app.config import Settings
 from app.db import schema_problem
 from app.errors import database_reason
-from app.schemas import HealthPublic
+from app.schemas import HealthPublic, LivePublic
 
 router = APIRouter(tags=["health"])
 
@@ -48,14 +59,34 @@ def check_broker(settings: Settings) -> tuple[bool, str]:
     return True, "ok"
 
 
-@router.get(
-    "/healthz", response_model=HealthPublic,
-    responses={503: {"model": HealthPublic, "description": "a dependency is down"}},
-    summary="Database and broker reachability",
-)
-def healthz(request: Request, settings: SettingsDep) -> JSONResponse:
+def _report(request: Request, settings: Settings) -> tuple[bool, HealthPublic]:
     db_ok, database = check_database(request)
     broker_ok, broker = check_broker(settings)
-    ok = db_ok and broker_ok
-    body = HealthPublic(status="ok" if ok else "unavailable", database=database, broker=broker)
-    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
+    status: Literal["ok", "degraded", "unavailable"] = (
+        "ok" if db_ok and broker_ok else "degraded" if db_ok else "unavailable")
+    return db_ok, HealthPublic(status=status, database=database, broker=broker)
+
+
+@router.get(
+    "/healthz", response_model=HealthPublic,
+    responses={503: {"model": HealthPublic, "description": "the database is down"}},
+    summary="Database and broker reachability (degraded: the broker only)",
+)
+def healthz(request: Request, settings: SettingsDep) -> JSONResponse:
+    ready, body = _report(request, settings)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get(
+    "/readyz", response_model=HealthPublic,
+    responses={503: {"model": HealthPublic, "description": "the database is down"}},
+    summary="Readiness: the API can serve (the database is reachable and migrated)",
+)
+def readyz(request: Request, settings: SettingsDep) -> JSONResponse:
+    ready, body = _report(request, settings)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get("/livez", response_model=LivePublic, summary="Liveness: the process answers")
+def livez() -> LivePublic:
+    return LivePublic(status="ok")
