@@ -103,7 +103,7 @@ def test_runs_queued_when_redis_restarts_all_finish_and_reads_keep_working(
             assert session.scalar(select(func.count()).select_from(Result)
                                   .where(Result.cell_id == cell.id)) == 1
     # the reconciler, not luck, sent them again
-    assert "reconciler: re-queued" in procs.log("worker", tail=10**7)
+    assert "reconciler: re-queued" in procs.log("maintenance", tail=10**7)
     assert procs.alive("worker") and procs.alive("beat") and procs.alive("api")
     print(f"\nRedis restart with {waiting} cells queued: every run finished "
           f"{recovered:.1f}s after Redis was back (reconcile_after {RECONCILE_AFTER_S}s, "

@@ -89,7 +89,8 @@ def test_a_run_triggered_while_the_broker_is_down_runs_when_it_is_back(
     for cell in run.cells:
         assert session.scalar(select(func.count()).select_from(Result)
                               .where(Result.cell_id == cell.id)) == 1
-    assert "no worker consumes queue" not in procs.log("worker", tail=10**7)
+    assert "no worker consumes queue" not in (procs.log("worker", tail=10**7)
+                                             + procs.log("maintenance", tail=10**7))
 
 
 def test_real_workers_announce_themselves_and_read_as_lost_or_stopped(
