@@ -139,6 +139,15 @@ class Settings(BaseSettings):
     db_connect_timeout_seconds: int = Field(default=5, ge=1)
     db_statement_timeout_ms: int = Field(default=15_000, ge=100)
     db_pool_size: int = Field(default=5, ge=1)
+    # Admission (app.api.admission): requests in flight per process and per client (token,
+    # else address); beyond them a request waits up to admission_wait_seconds, then 429 with
+    # Retry-After. Unset: two connections in three of the pool (pool_size + 2 x pool_size
+    # overflow), half of that per client, so an admitted request always gets a connection.
+    max_requests_in_flight: int | None = Field(default=None, ge=1, le=10_000)
+    max_requests_per_client: int | None = Field(default=None, ge=1, le=10_000)
+    admission_wait_seconds: float = Field(default=2.0, ge=0, le=60)
+    # a request's whole body must arrive within this long of its start (else 408)
+    body_read_timeout_seconds: float = Field(default=15.0, gt=0, le=600)
     # Regression notifications (JSON list, e.g. [{"url": "https://...", "kind": "slack"}]):
     # each event is one delivery per webhook, retried with exponential backoff
     # (backoff * 2**attempt seconds, capped) on connection errors and 5xx answers.
@@ -216,6 +225,11 @@ class Settings(BaseSettings):
     def devices(self) -> list[str]:
         """Every device a run may ask for: cpu plus the keys of gpu_queues."""
         return ["cpu", *sorted(self.gpu_queues)]
+
+    def admission_limits(self) -> tuple[int, int]:
+        """(requests in flight, of which one client's), defaults from the pool's size."""
+        total = self.max_requests_in_flight or max(2, self.db_pool_size * 2)
+        return total, min(total, self.max_requests_per_client or max(1, total // 2))
 
     def queue_names(self) -> list[str]:
         """All queues, for workers and the Celery app to declare explicitly."""

@@ -16,8 +16,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 
+from app.api.admission import AdmissionMiddleware, Limits
 from app.api.middleware import (
-    BodySizeLimitMiddleware,
     JsonDepthLimitMiddleware,
     Metrics,
     MetricsMiddleware,
@@ -85,13 +85,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessionmaker = sessionmaker(bind=engine, expire_on_commit=False)
     app.state.metrics = Metrics()
     install_exception_handlers(app)
-    # Added first, so it runs inside the size limit: it reads only bodies already bounded.
+    # Added first, so it runs inside admission: it reads only bodies already bounded.
     app.add_middleware(JsonDepthLimitMiddleware, max_depth=MAX_JSON_BODY_DEPTH)
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    total, per_client = settings.admission_limits()
+    app.add_middleware(AdmissionMiddleware, limits=Limits(
+        total=total, per_client=per_client, wait_s=settings.admission_wait_seconds,
+        body_timeout_s=settings.body_read_timeout_seconds,
+        max_body_bytes=settings.max_body_bytes))
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(SecurityHeadersMiddleware)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens,
                    projects, workers, docs, sweeps, environments):
         app.include_router(module.router)
-    app.include_router(dashboard.router)  # the web pages, at / (issue 5)
+    app.include_router(dashboard.router)  # the web pages, at /
     return app

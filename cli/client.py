@@ -7,6 +7,7 @@ the contract with CI: 0 pass, 1 regression, 2 error, 3 inconclusive.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ EXIT_REGRESSION = 1
 EXIT_ERROR = 2
 EXIT_INCONCLUSIVE = 3
 FINISHED = ("done", "failed")
+RETRY_WAIT_MAX_S = 30.0
+CONNECT_ATTEMPTS = 3
 
 
 class ClientError(Exception):
@@ -29,27 +32,50 @@ class Api:
     """The few calls the client makes; every failure becomes a ClientError with one line."""
 
     def __init__(self, url: str, token: str | None, timeout_s: float = 30.0,
-                 flags: Mapping[str, str] | None = None) -> None:
+                 flags: Mapping[str, str] | None = None, attempts: int = 6,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         import httpx
 
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base = url.rstrip("/")
         # request field -> the flag the user typed, so a refusal names what to change
         self.flags = dict(flags or {})
+        self.attempts = max(1, attempts)  # tries per call, the first included
+        self.sleep = sleep
         self._client = httpx.Client(base_url=self.base, headers=headers, timeout=timeout_s)
 
     def close(self) -> None:
         self._client.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def _call(self, method: str, path: str, *, idempotent: bool | None = None,
+              **kwargs: Any) -> dict[str, Any]:
+        """One call, retried while the server says to come back: a 429 always (it was not
+        admitted, so nothing was done), a 503 or a lost connection only for a call that is
+        safe to repeat (a read; a trigger, the same run for the same request; an upload,
+        the stored result for the same document)."""
         import httpx
 
-        try:
-            response = self._client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ClientError(
-                f"cannot reach {self.base}: {type(exc).__name__}: {exc}".strip()
-            ) from None
+        safe = method == "GET" if idempotent is None else idempotent
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._client.request(method, path, **kwargs)
+            except httpx.HTTPError as exc:
+                # a server restarting comes back within seconds; a wrong URL never does,
+                # so a connection that failed is tried again twice, not `attempts` times
+                if safe and attempt < min(self.attempts, CONNECT_ATTEMPTS):
+                    self._pause(method, path, f"{type(exc).__name__}", attempt, None)
+                    continue
+                raise ClientError(
+                    f"cannot reach {self.base}: {type(exc).__name__}: {exc}".strip()
+                ) from None
+            if attempt < self.attempts and (response.status_code == 429 or (
+                    safe and response.status_code in (502, 503, 504))):
+                self._pause(method, path, f"HTTP {response.status_code}", attempt,
+                            response.headers.get("retry-after"))
+                continue
+            break
         if response.status_code == 422:
             raise ClientError(_error_text(response, self.flags))
         if response.status_code >= 400:
@@ -63,9 +89,24 @@ class Api:
             raise ClientError(f"{method} {path}: unexpected answer {str(data)[:100]}")
         return data
 
+    def _pause(self, method: str, path: str, why: str, attempt: int,
+               retry_after: str | None) -> None:
+        """Wait before the next attempt: the server's Retry-After, else 1, 2, 4 ... s."""
+        wait = min(RETRY_WAIT_MAX_S, 2.0 ** (attempt - 1))
+        if retry_after is not None and retry_after.strip().isdigit():
+            wait = min(RETRY_WAIT_MAX_S, float(retry_after))
+        print(f"{why} from {method} {path}: retrying in {wait:g} s "
+              f"(attempt {attempt + 1} of {self.attempts})", file=sys.stderr, flush=True)
+        self.sleep(wait)
+
     def trigger(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._call("POST", "/api/v1/runs", json=body, headers=headers)
+        # the same request (or key) is the same run: safe to send again
+        return self._call("POST", "/api/v1/runs", json=body, headers=headers, idempotent=True)
+
+    def upload(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Store one result document; the same document again answers the stored one."""
+        return self._call("POST", "/api/v1/results", json=body, idempotent=True)
 
     def run(self, run_id: int) -> dict[str, Any]:
         return self._call("GET", f"/api/v1/runs/{run_id}")

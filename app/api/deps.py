@@ -69,8 +69,10 @@ def get_current_token(
     token = authenticate(session, credentials.credentials)
     if token is None:
         raise Unauthorized("invalid or revoked token")
-    if session.dirty:  # last_used_at moved on
-        session.commit()
+    # Ends the transaction (writing last_used_at if it moved on), so the connection goes
+    # back to the pool: what the route waits on next (a package index, a broker) is not
+    # waited on while holding one.
+    session.commit()
     return token
 
 

@@ -1,4 +1,5 @@
-"""ASGI middleware: request body size and JSON depth limits, and Prometheus request metrics.
+"""ASGI middleware: JSON depth limit, security headers and Prometheus request metrics
+(admission, body size and body time: app.api.admission).
 
 All are plain ASGI (not BaseHTTPMiddleware) so they add no task per request.
 """
@@ -65,69 +66,6 @@ class MetricsMiddleware:
             method = scope.get("method", "")
             self.metrics.requests.labels(method, label, str(status)).inc()
             self.metrics.latency.labels(method, label).observe(time.perf_counter() - start)
-
-
-class BodySizeLimitMiddleware:
-    """413 for bodies over `max_bytes`: by Content-Length up front, else while reading.
-
-    A chunked body (no Content-Length) is buffered up to the limit before the app sees it,
-    so the app never starts on a body it would have to abandon halfway.
-    """
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        length = headers.get(b"content-length")
-        if length is not None:
-            if not length.isdigit() or int(length) > self.max_bytes:
-                await self._too_large(send)
-                return
-            await self.app(scope, receive, send)
-            return
-        if scope.get("method") in ("GET", "HEAD", "DELETE", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break  # client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._too_large(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _too_large(self, send: Send) -> None:
-        payload: dict[str, Any] = {
-            "detail": f"request body larger than this server's limit of {self.max_bytes} bytes"
-        }
-        data = json.dumps(payload).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
 
 
 # A JSON string (escapes included): brackets inside one do not nest anything.

@@ -152,3 +152,13 @@ def check_result_document(result: BenchResult, field: str = "result") -> tuple[B
         ):
             raise InvalidRequest(f"{field}.{name}", f"{value!r} is not a non-negative number")
     return spec, expected
+
+
+def release_connection(session: Session) -> None:
+    """End the session's read-only transaction, so that its connection goes back to the
+    pool before the caller waits on something else (a package index, a broker). A request
+    that waits while holding one can take the pool from everyone else. Refuses a session
+    with changes not yet flushed: committing them here would be a surprise."""
+    if session.new or session.dirty or session.deleted:
+        raise RuntimeError("release_connection: the session has unflushed changes")
+    session.commit()

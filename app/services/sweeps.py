@@ -44,7 +44,7 @@ from app.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from app.models import RUN_TERMINAL, Cell, Environment, Project, Result, Run, Sweep
 from app.schemas import BisectCreate, SweepCreate
 from app.services import sweep_progress
-from app.services.common import get_or_create_project
+from app.services.common import get_or_create_project, release_connection
 from app.services.documents import result_document
 from app.services.policy import project_policy
 from app.services.regressions import get_regression
@@ -112,6 +112,7 @@ def create_sweep(
     planned = expand_matrix(request.matrix, settings)
     cap = _cap(request.max_versions, settings.sweep_max_versions, "max_versions")
     low, high = sorted((request.from_version, request.to_version), key=Version)
+    release_connection(session)
     versions = releases_between(index_versions(package, pre=request.pre, settings=settings),
                                 low, high, pre=request.pre)
     if not versions:
@@ -279,6 +280,9 @@ def create_bisect(
                              "allowlisted package: there is nothing to bisect"
                              + (f" ({'; '.join(ends.notes)})" if ends.notes else ""))
     cap = _cap(request.max_steps, settings.bisect_max_steps, "max_steps")
+    # Only reads so far: end their transaction so the package index is not waited on while
+    # holding a connection of the pool.
+    release_connection(session)
     packages = []
     for name, (good, bad) in differing.items():
         listed = releases_between(index_versions(name, pre=request.pre, settings=settings),

@@ -32,10 +32,16 @@ def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_a_server_that_cannot_be_reached_is_exit_2_with_one_line() -> None:
+def test_a_server_that_cannot_be_reached_is_tried_three_times_then_exit_2_with_one_line(
+) -> None:
     proc = _submit(*_basic(f"http://127.0.0.1:{free_port()}", "t0ken"))
     assert proc.returncode == EXIT_ERROR
-    assert "cannot reach" in _one_line_error(proc)
+    *retries, error = proc.stderr.strip().splitlines()
+    assert [r.split(": retrying in ")[1] for r in retries] == [
+        "1 s (attempt 2 of 6)", "2 s (attempt 3 of 6)"]
+    assert all(r.startswith("ConnectError from POST /api/v1/runs") for r in retries)
+    assert error.startswith("error: ") and "cannot reach" in error
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_refused_pin_is_exit_2_naming_the_flag(api_url: str, ci_token: str) -> None:

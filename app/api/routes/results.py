@@ -39,9 +39,18 @@ def post_result(
     under this project's "ingest" run for the revision and environment. The verdict is
     decided after the response is sent (results of one run posted together are judged
     together, within about half a second): read it from GET /api/v1/runs/{run_id}. A
-    token limited to other projects is a 403."""
+    token limited to other projects is a 403. Posting the same document again is safe: it
+    answers 200 with the stored result (`created` false), so a client retries a 429, a
+    503 or a lost connection without storing anything twice."""
     access.check_write(body.project)
     stored, created = ingest_result(session, body, settings)
+    # The answer is made before the commit: once committed, nothing may fail the request
+    # (reading `stored.series` afterwards took a second connection, whose wait could answer
+    # 503 for a document that was stored).
+    answer = ResultIngestedPublic(
+        result_id=stored.id, run_id=stored.run_id, cell_id=stored.cell_id,
+        series_key=stored.series.key, status=stored.status, created=created,
+    )
     session.commit()
     if created and settings.ingest_judge_delay_seconds > 0:
         coalescer.schedule(stored.run_id, settings)
@@ -49,7 +58,4 @@ def post_result(
         background.add_task(judge_ingested, stored.run_id, settings)
     else:
         response.status_code = 200
-    return ResultIngestedPublic(
-        result_id=stored.id, run_id=stored.run_id, cell_id=stored.cell_id,
-        series_key=stored.series.key, status=stored.status, created=created,
-    )
+    return answer
