@@ -40,6 +40,7 @@ from app.api.routes import (
 )
 from app.config import Settings, get_settings
 from app.dashboard import routes as dashboard
+from app.dashboard import session as page_session
 from app.db import make_engine
 from app.errors import install_exception_handlers
 from workers import dispatch
@@ -98,4 +99,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                    projects, workers, docs, sweeps, environments):
         app.include_router(module.router)
     app.include_router(dashboard.router)  # the web pages, at /
+    app.include_router(page_session.router)
     return app

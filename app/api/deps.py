@@ -59,6 +59,8 @@ _bearer = HTTPBearer(
     description="`Authorization: Bearer sw_...`; create one with `speedwatch token create`",
 )
 
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
 
 def get_current_token(
     session: SessionDep,

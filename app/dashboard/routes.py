@@ -64,9 +64,9 @@ from app.services.tokens import (
 )
 
 from . import figures
+from .session import TOKEN_COOKIE
 
 HERE = Path(__file__).resolve().parent
-TOKEN_COOKIE = "speedwatch_token"
 OVERVIEW_LIMIT = 500
 SPARKLINE_POINTS = 30
 # The series page draws this many of the newest points raw and the older history in

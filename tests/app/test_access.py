@@ -96,10 +96,36 @@ def _url(template: str) -> str:
     return re.sub(r"\{[^}]+\}", "1", template)
 
 
+# The pages' cookie (app.dashboard.session): set from any valid token, cleared by anyone.
+PAGE_SESSION = {("POST", "/session/token"), ("POST", "/session/forget")}
+
+
 def test_every_write_route_has_a_decided_scope() -> None:
     writes = {(method, path) for method, path in ROUTES if method != "GET"}
-    assert writes == set(WRITES), (
+    assert writes == set(WRITES) | PAGE_SESSION, (
         "a write route was added or removed: give it a row in WRITES with the scope it needs")
+
+
+def test_the_pages_cookie_is_set_by_the_server_from_a_valid_token_only(
+    settings: Settings, tokens: dict[str, str],
+) -> None:
+    with TestClient(create_app(settings), base_url="https://testserver") as client:
+        assert client.post("/session/token").status_code == 401
+        for wrong in ("sw_" + "x" * 43, tokens["revoked-admin"]):
+            refused = client.post("/session/token", headers=bearer(wrong))
+            assert refused.status_code == 401 and "set-cookie" not in refused.headers
+        assert client.get("/runs").status_code == 401  # private reads, no cookie yet
+        kept = client.post("/session/token", headers=bearer(tokens["read"]))
+        assert kept.status_code == 204
+        cookie = kept.headers["set-cookie"]
+        assert cookie.startswith(f"{TOKEN_COOKIE}={tokens['read']};")
+        assert {"HttpOnly", "Secure", "SameSite=strict", "Path=/"} <= {
+            part.strip() for part in cookie.split(";")}
+        assert client.get("/runs").status_code == 200  # the pages read with it
+        forgot = client.post("/session/forget")
+        assert forgot.status_code == 204 and 'speedwatch_token=""' in forgot.headers[
+            "set-cookie"]
+        assert client.get("/runs").status_code == 401
 
 
 GUARDED_READS = sorted({path for method, path in ROUTES if method == "GET"} - PUBLIC_READS)
@@ -273,6 +299,8 @@ TOKEN_MANAGEMENT = "token management: an admin token of every project only"
 NO_PROJECT_DATA: dict[tuple[str, str], str] = {
     ("GET", "/healthz"): "a probe",
     ("GET", "/readyz"): "a probe",
+    ("POST", "/session/token"): "keeps the caller's own token as the pages' cookie",
+    ("POST", "/session/forget"): "clears the pages' cookie",
     ("GET", "/livez"): "a probe",
     ("GET", "/metrics"): "server-wide counts by status, naming no project",
     ("GET", "/openapi.json"): "the API's own description",
@@ -514,10 +542,12 @@ def test_routes_without_project_data_serve_a_limited_token_as_an_unlimited_one(
 ) -> None:
     for method, template in sorted(k for k, why in NO_PROJECT_DATA.items()
                                    if why != TOKEN_MANAGEMENT):
-        assert method == "GET"
-        limited = client.get(_url(template), headers=bearer(mine_only["read"])).status_code
-        unlimited = client.get(_url(template), headers=bearer(tokens["read"])).status_code
+        limited = client.request(method, _url(template),
+                                 headers=bearer(mine_only["read"])).status_code
+        unlimited = client.request(method, _url(template),
+                                   headers=bearer(tokens["read"])).status_code
         assert limited == unlimited, template
+    client.cookies.clear()
 
 
 def test_with_public_reads_a_limit_restricts_writes_only(

@@ -158,9 +158,20 @@ def test_a_regression_is_acknowledged_from_the_page_with_a_ci_token(
     row.locator("button[data-action=acknowledge]").click()
     assert "paste a token with the ci scope" in row.locator(".act-msg").inner_text()
 
+    page.fill("#token-input", "sw_not-a-token")
+    page.click("#token-form button[type=submit]")
+    page.wait_for_function("document.querySelector('#token-state').innerText"
+                           ".startsWith('not saved: invalid or revoked token')")
+    tab.problems.clear()  # the refused token's 401, asked for above
     page.fill("#token-input", served.ci_token)
     page.click("#token-form button[type=submit]")
-    assert page.inner_text("#token-state") == "saved for this tab"
+    page.wait_for_function(
+        "document.querySelector('#token-state').innerText === 'saved for this tab'")
+    # the pages' cookie is the server's: HttpOnly, so no script on the page reads it
+    cookie, = (c for c in page.context.cookies() if c["name"] == "speedwatch_token")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert cookie["value"] == served.ci_token
+    assert "speedwatch_token" not in page.evaluate("document.cookie")
     row.locator("button[data-action=acknowledge]").click()
     page.wait_for_selector(f"#regression-{regression_id}[data-status=acknowledged]")
     assert "by dashboard-browser-test" in row.inner_text()
@@ -172,4 +183,8 @@ def test_a_regression_is_acknowledged_from_the_page_with_a_ci_token(
     page.reload()  # the server renders the new state, and the token stays for the tab
     assert page.locator(f"#regressions-acknowledged #regression-{regression_id}").count() == 1
     assert page.inner_text("#token-state") == "saved for this tab"
+    page.click("#token-clear")
+    page.wait_for_function("document.querySelector('#token-state').innerText === 'none saved'")
+    page.wait_for_timeout(200)  # the forget request's answer
+    assert not [c for c in page.context.cookies() if c["name"] == "speedwatch_token"]
     assert tab.problems == []

@@ -4,7 +4,6 @@
 "use strict";
 
 const TOKEN_KEY = "speedwatch.token";
-const TOKEN_COOKIE = "speedwatch_token";
 const PLOT_CONFIG = { displaylogo: false, responsive: true };
 
 function token() {
@@ -50,19 +49,27 @@ function setupTokenForm() {
   const input = document.getElementById("token-input");
   const state = document.getElementById("token-state");
   const show = () => { state.textContent = token() ? "saved for this tab" : "none saved"; };
-  form.addEventListener("submit", (event) => {
+  form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const value = input.value.trim();
     if (!value) return;
-    sessionStorage.setItem(TOKEN_KEY, value);
-    // Pages are read with the cookie when the server has no public reads.
-    document.cookie = `${TOKEN_COOKIE}=${encodeURIComponent(value)}; path=/; SameSite=Strict`;
     input.value = "";
+    // Pages are read with a cookie the server sets (HttpOnly: no script reads it back);
+    // the tab keeps the token for the actions, which send it as a bearer header.
+    const kept = await fetch("/session/token", {
+      method: "POST", headers: { Authorization: `Bearer ${value}` } });
+    if (!kept.ok) {
+      let detail = `HTTP ${kept.status}`;
+      try { detail = (await kept.json()).detail || detail; } catch (_) { /* not JSON */ }
+      state.textContent = `not saved: ${detail}`;
+      return;
+    }
+    sessionStorage.setItem(TOKEN_KEY, value);
     show();
   });
-  document.getElementById("token-clear").addEventListener("click", () => {
+  document.getElementById("token-clear").addEventListener("click", async () => {
     sessionStorage.removeItem(TOKEN_KEY);
-    document.cookie = `${TOKEN_COOKIE}=; path=/; max-age=0; SameSite=Strict`;
+    await fetch("/session/forget", { method: "POST" });
     show();
   });
   show();
