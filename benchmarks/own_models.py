@@ -94,9 +94,13 @@ def model_path() -> list[str]:
 
 
 def _where() -> str:
+    """The model path as a cell's error may tell it: how many directories, never which (the
+    error reaches every ci token of the project; the worker's layout is the operator's)."""
     dirs = model_path()
-    return (f"{MODEL_PATH_ENV}={os.pathsep.join(dirs)}" if dirs
-            else f"{MODEL_PATH_ENV} is not set")
+    if not dirs:
+        return f"{MODEL_PATH_ENV} is not set"
+    return f"the worker's {MODEL_PATH_ENV} lists {len(dirs)} director" + (
+        "y" if len(dirs) == 1 else "ies")
 
 
 def build(spec: Any, ref: ModelRef) -> BuiltModel:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from benchmarks import text_safety
 from benchmarks.schema_version import RESULT_SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -91,6 +92,20 @@ class Accuracy:
     passed: bool
 
 
+_SAMPLE_KEYS = frozenset({"baseline_samples_ms", "candidate_samples_ms"})  # numbers only
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return text_safety.cleaned(value)
+    if isinstance(value, dict):
+        return {text_safety.cleaned(k) if isinstance(k, str) else k: _clean(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
 @dataclass
 class BenchResult:
     series_key: str
@@ -135,7 +150,11 @@ class BenchResult:
         return "graphs" if on_cuda and policy.get("cuda_graphs", True) is True else "nographs"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The document, its text cleaned of what no stored string may hold (NUL, bidi
+        overrides: benchmarks.text_safety): a reason or stderr tail quoting what a user's
+        model printed must not get the whole document refused."""
+        data = asdict(self)
+        return {k: v if k in _SAMPLE_KEYS else _clean(v) for k, v in data.items()}
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)

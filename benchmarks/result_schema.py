@@ -47,6 +47,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
+from benchmarks import text_safety
 from benchmarks.build import Builds
 from benchmarks.schema_version import RESULT_SCHEMA_VERSION
 from benchmarks.spec import CompileCache, SpecError, parse_series_key
@@ -89,10 +90,25 @@ DOCUMENT_EXAMPLE: dict[str, Any] = json.loads(
 
 # ---- value types --------------------------------------------------------------------------
 
-Name = Annotated[str, Field(strict=True, max_length=MAX_NAME)]
-Line = Annotated[str, Field(strict=True, max_length=MAX_LINE)]
-FilePath = Annotated[str, Field(strict=True, max_length=MAX_PATH)]
-Text = Annotated[str, Field(strict=True, max_length=MAX_TEXT)]
+def _safe_line(value: str) -> str:
+    why = text_safety.problem(value, line=True)
+    if why is not None:
+        raise ValueError(why)
+    return value
+
+
+def _safe_text(value: str) -> str:
+    why = text_safety.problem(value, line=False)
+    if why is not None:
+        raise ValueError(why)
+    return value
+
+
+SafeLine, SafeText = AfterValidator(_safe_line), AfterValidator(_safe_text)
+Name = Annotated[str, Field(strict=True, max_length=MAX_NAME), SafeLine]
+Line = Annotated[str, Field(strict=True, max_length=MAX_LINE), SafeLine]
+FilePath = Annotated[str, Field(strict=True, max_length=MAX_PATH), SafeLine]
+Text = Annotated[str, Field(strict=True, max_length=MAX_TEXT), SafeText]
 def _iso_timestamp(value: str) -> str:
     """An ISO 8601 time, as the runner writes (datetime.isoformat); kept as written."""
     from datetime import datetime
@@ -106,10 +122,13 @@ def _iso_timestamp(value: str) -> str:
 
 Timestamp = Annotated[str, Field(strict=True, max_length=MAX_TIMESTAMP),
                       AfterValidator(_iso_timestamp)]
-SeriesKey = Annotated[str, Field(strict=True, min_length=1, max_length=MAX_SERIES_KEY)]
-DeviceClass = Annotated[str, Field(strict=True, min_length=1, max_length=100)]  # the column
-StderrTail = Annotated[str, Field(strict=True, max_length=MAX_STDERR_TAIL)]
-Method = Annotated[str, Field(strict=True, min_length=1, max_length=64)]  # the column
+SeriesKey = Annotated[str, Field(strict=True, min_length=1, max_length=MAX_SERIES_KEY),
+                      SafeLine]
+DeviceClass = Annotated[str, Field(strict=True, min_length=1, max_length=100),  # the column
+                        SafeLine]
+StderrTail = Annotated[str, Field(strict=True, max_length=MAX_STDERR_TAIL), SafeText]
+Method = Annotated[str, Field(strict=True, min_length=1, max_length=64),  # the column
+                   SafeLine]
 
 # strict: a bool or a string is not a number; allow_inf_nan=False: NaN and +-infinity are
 # refused (Python's json module reads them, and 1e400, from a body); an integer no float
@@ -148,6 +167,9 @@ def _check_json(value: Any, loc: tuple[int | str, ...], depth: int) -> None:
         if len(value) > MAX_TEXT:
             raise _json_error(loc, "json_string_too_long",
                               f"string longer than {MAX_TEXT} characters", value)
+        why = text_safety.problem(value, line=False)
+        if why is not None:
+            raise _json_error(loc, "unsafe_text", why, value[:100])
         return
     if isinstance(value, (list, dict)):
         if depth >= MAX_JSON_DEPTH:
@@ -164,6 +186,9 @@ def _check_json(value: Any, loc: tuple[int | str, ...], depth: int) -> None:
             if not isinstance(key, str) or len(key) > MAX_NAME:
                 raise _json_error((*loc, str(key)[:MAX_NAME]), "json_key",
                                   f"keys are strings of at most {MAX_NAME} characters", key)
+            why = text_safety.problem(key, line=True)
+            if why is not None:
+                raise _json_error(loc, "unsafe_key", f"a key {why}", key[:100])
             _check_json(item, (*loc, key), depth + 1)
         return
     raise _json_error(loc, "json_type", "not a JSON value", value)
@@ -224,6 +249,10 @@ class Open(BaseModel):
             long = next((k for k in data if isinstance(k, str) and len(k) > MAX_NAME), None)
             if long is not None:
                 raise ValueError(f"key {long[:40]!r}... is longer than {MAX_NAME} characters")
+            for key in data:
+                why = text_safety.problem(key, line=True) if isinstance(key, str) else None
+                if why is not None:
+                    raise ValueError(f"a key {why}")
         return data
 
 

@@ -339,12 +339,32 @@ def _run(argv: list[str], *, timeout_s: float, what: str) -> None:
     except subprocess.TimeoutExpired:
         raise EnvironmentBuildError(f"{what}: timed out after {timeout_s:.0f} s") from None
     if proc.returncode != 0:
-        raise EnvironmentBuildError(f"{what} failed (exit {proc.returncode}): {_tail(proc.stderr)}")
+        log.warning("%s failed (exit %s): %s", what, proc.returncode, _tail(proc.stderr))
+        raise EnvironmentBuildError(
+            f"{what} failed (exit {proc.returncode}): {_tail(redacted(proc.stderr))}")
 
 
 def _tail(text: str, limit: int = 1500) -> str:
     text = text.strip()
     return text if len(text) <= limit else "..." + text[-limit:]
+
+
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+
+
+def redacted(text: str) -> str:
+    """pip's error as a cell's error may tell it (it reaches every ci token of the
+    project): credentials in an index URL masked, and the list of every version the index
+    holds cut to its count (a private mirror's listing is the operator's). The worker's
+    log keeps the whole text."""
+    text = _URL_CREDENTIALS.sub(r"\1***@", text)
+
+    def count(match: re.Match[str]) -> str:
+        listed = [v for v in match.group(1).split(",") if v.strip() and v.strip() != "none"]
+        return f"(from versions: {len(listed)} on the index)" if listed else match.group(0)
+
+    return _FROM_VERSIONS.sub(count, text)
 
 
 def _pip_python_option() -> bool:
@@ -459,7 +479,7 @@ def index_versions(package: str, *, pre: bool = False,
     errors = [line for line in proc.stderr.splitlines()
               if line.strip() and not line.startswith("WARNING:")]
     raise PackageIndexError(f"pip index versions {package} failed (exit {proc.returncode}): "
-                            f"{_tail(chr(10).join(errors) or proc.stderr, 300)}")
+                            f"{_tail(redacted(chr(10).join(errors) or proc.stderr), 300)}")
 
 
 class PipPackageIndex:

@@ -324,3 +324,46 @@ def test_every_document_the_product_wrote_is_stored(
     row = session.get(Result, response.json()["result_id"])
     assert row is not None
     assert row.document_hash == canonical_hash(doc), "stored as it was sent"
+
+
+# ---- text no stored string may hold -------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "value", "field"), [
+    # a bidi override makes text display as something else; labels refuse it too
+    ("evidence.note", "ok \u202e)evil(", "result.evidence.note"),
+    ("evidence.deep", {"a": ["fine", "x\u2066y"]}, "result.evidence.deep.a[1]"),
+    ("reason", "accuracy \u202e", "result.reason"),
+    # PostgreSQL holds no NUL: it used to fail at the database, naming no field
+    ("fingerprint.hostname", "gpu\x00host", "result.fingerprint.hostname"),
+    ("fingerprint.hostname", "line\nbreak", "result.fingerprint.hostname"),
+    ("evidence.note", "a\x00b", "result.evidence.note"),
+])
+def test_nul_and_bidi_override_characters_are_a_422_naming_the_field(
+    client: TestClient, ci_token: str, session: Session, path: str, value: Any, field: str,
+) -> None:
+    message = assert_refused(post(client, ci_token, ingest_body(document(**{path: value}))),
+                             field, session)
+    assert "must not contain U+" in message
+
+
+def test_a_key_holding_a_nul_or_a_bidi_override_is_a_422(
+    client: TestClient, ci_token: str, session: Session,
+) -> None:
+    for key in ("bad\x00key", "bad\u202ekey"):
+        response = post(client, ci_token, ingest_body(document(evidence={key: 1})))
+        assert response.status_code == 422, response.text
+        assert "result.evidence" in [e["field"] for e in response.json()["errors"]]
+    assert stored(session) == 0
+
+
+def test_what_the_product_writes_never_holds_them_whatever_a_model_printed(
+    client: TestClient, ci_token: str, session: Session,
+) -> None:
+    result = bench_result()
+    result.reason = "the model printed \x00 and \u202e"
+    result.evidence = {"note": "x\u2067y"}
+    written = result.to_dict()
+    assert written["reason"] == "the model printed \ufffd and \ufffd"
+    assert written["evidence"]["note"] == "x\ufffdy"
+    assert post(client, ci_token, ingest_body(written)).status_code == 201
+    assert stored(session) == 1

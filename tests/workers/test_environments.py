@@ -215,3 +215,17 @@ def test_a_version_that_does_not_exist_fails_with_pips_reason_and_leaves_no_venv
     with pytest.raises(environments.EnvironmentBuildError, match=r"six==0\.0\.1"):
         materialize(["six==0.0.1"], allowlist=["six"], cache_dir=tmp_path)
     assert [p for p in tmp_path.iterdir() if p.is_dir()] == []
+
+
+def test_pips_error_as_a_cell_shows_it_hides_index_credentials_and_the_index_listing() -> None:
+    from workers.environments import redacted
+
+    stderr = ("Looking in indexes: https://ci:s3cret@mirror.example/simple\n"
+              "ERROR: Could not find a version that satisfies the requirement "
+              "onnxruntime==9.9 (from versions: 1.16.0, 1.17.1, 1.22.0)\n"
+              "ERROR: No matching distribution found for onnxruntime==9.9")
+    shown = redacted(stderr)
+    assert "s3cret" not in shown and "https://***@mirror.example/simple" in shown
+    assert "(from versions: 3 on the index)" in shown and "1.17.1" not in shown
+    assert "onnxruntime==9.9" in shown  # what the user asked for stays
+    assert "(from versions: none)" in redacted("x (from versions: none)")
