@@ -865,10 +865,13 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
                ("baseline", baseline, base_rounds, base_summary, tb),
                ("candidate", candidate, cand_rounds, cand_summary, tc))},
     }
-    kernels = {**(baseline.evidence.get("kernels_per_inference") or {}),
-               **(candidate.evidence.get("kernels_per_inference") or {})}
-    if kernels:
-        evidence["kernels_per_inference"] = kernels
+    for key in ("kernels_per_inference", "profile", "profile_error"):
+        # each side's own child counted and profiled its side
+        merged = {side: value for side, r in (("baseline", baseline), ("candidate", candidate))
+                  for name, value in (r.evidence.get(key) or {}).items() if name == side}
+        evidence.pop(key, None)
+        if merged:
+            evidence[key] = merged
     first, last = (baseline, candidate) if order[0] == "baseline" else (candidate, baseline)
     fp = dict(candidate.fingerprint)
     if "nvml_start" in first.fingerprint:

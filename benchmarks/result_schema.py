@@ -316,6 +316,7 @@ class TimingPolicyDocument(Closed):
     compile_cache: CompileCache = "process"
     builds: Builds = "pinned"
     max_host_load: Number = 0.5
+    profile: StrictBool = True
 
 
 class SpecOptions(Open):

@@ -34,6 +34,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -103,6 +104,26 @@ def count_kernels(fn: Callable[[], Any], inferences: int = KERNEL_COUNT_INFERENC
             if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
         ]
     return len(kernels) / inferences
+
+
+def _profiles(sides: dict[str, Callable[[], Any]], compiled: Any, x: torch.Tensor,
+              on_cuda: bool) -> dict[str, Any]:
+    """evidence.profile: each side's profile; evidence.profile_error where one failed (a
+    profile is a bonus: never lose the measurement over it)."""
+    from benchmarks import profile as profiling
+
+    out: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    n = profiling.GPU_INFERENCES if on_cuda else profiling.CPU_INFERENCES
+    for name, fn in sides.items():
+        own = compiled.profile if name == "candidate" and compiled is not None else None
+        try:
+            out[name] = profiling.timed(partial(own, x, n) if own is not None else partial(
+                profiling.torch_profile, fn, on_cuda=on_cuda, inferences=n))
+        except Exception as exc:
+            errors[name] = one_line(exc)
+    return {**({"profile": out} if out else {}),
+            **({"profile_error": errors} if errors else {})}
 
 
 class _Peak:
@@ -455,6 +476,14 @@ def _measure(
                     ("baseline", baseline_fn), ("candidate", candidate_fn)) if name in graphs}
         except Exception as exc:  # evidence is a bonus; never lose the measurement over it
             evidence["kernels_per_inference_error"] = one_line(exc)
+    # Each side's profile (benchmarks.profile), in a pass after the timing: the first
+    # process's, like the kernel counts. It explains a change; it never is one.
+    if policy.profile and not spec.options.get(LATER_PROCESS_OPTION):
+        with _stage("profile"):
+            evidence.update(_profiles(
+                {name: fn for name, fn in (("baseline", baseline_fn),
+                                           ("candidate", candidate_fn)) if name in graphs},
+                compiled, x, on_cuda))
     if compiled is not None:
         evidence.update(compiled.evidence)
         # what the build chose, hashed (benchmarks.build): equal fingerprints, same code

@@ -89,6 +89,9 @@ class TimingPolicy:
     # and a baseline's width adds (in quadrature) to every comparison made against it, so
     # a cheap device (a GPU decides a 3% threshold after 3 processes) is asked for more.
     target_half_width: float = 0.0
+    # A profile of each side (benchmarks.profile) in a pass after the timing, by the first
+    # process of a cell only: what a regression's profile diff reads. Never timed.
+    profile: bool = True
     # Where a process's compiled kernels come from (inductor's on-disk cache: FX graphs and
     # the autotuning choices). "process": each process compiles afresh, so the interval
     # covers what a new compile may choose (on an H100, ResNet50 fp16 bs32's frozen build

@@ -35,7 +35,9 @@ _REDUNDANT = {"onnx_nodes_total", "onnx_node_domains", "onnx_exported_nodes_tota
               "cuda_graphs_fallback", "adaptive", "processes", "ci_method", "cudnn_benchmark",
               # told first, as "build choices changed" (_build_change)
               "build", "build_fingerprint", "build_choices", "build_choices_error",
-              "inductor_build_knobs"}
+              "inductor_build_knobs",
+              # told as "what got slower" (profile_clause)
+              "profile", "profile_error"}
 # Fingerprint entries worth naming when they differ (packages are handled on their own).
 _ENVIRONMENT_KEYS = ("python", "cuda", "cudnn", "driver", "gpu", "device_class")
 # Compile time is noisy; only a change this large (and at least half a second) is news.
@@ -300,11 +302,41 @@ def evidence_changes(before: Document, after: Document) -> list[EvidenceChange]:
     return out
 
 
+def profile_clause(before: Document, after: Document) -> str | None:
+    """'what got slower: candidate triton_poi_fused_... new (+12.3 us per inference, 81% of
+    the change; ...)' from the two documents' profiles (benchmarks.profile_diff), the
+    optimized side first; None when they hold no comparable profiles."""
+    from benchmarks.profile_diff import ProfileDiffError, diff, largest_contributor
+
+    b = (_get(before, "evidence") or {}).get("profile")
+    a = (_get(after, "evidence") or {}).get("profile")
+    if not isinstance(b, dict) or not isinstance(a, dict):
+        return None
+    # A speedup drops when the candidate gets slower or eager gets faster: tell the side
+    # that moved that way most (relative to its own total).
+    scored = []
+    for side, sign in (("candidate", 1.0), ("baseline", -1.0)):
+        if isinstance(b.get(side), dict) and isinstance(a.get(side), dict):
+            try:
+                d = diff(b[side], a[side])
+            except (ProfileDiffError, TypeError, ValueError, KeyError):
+                continue
+            scored.append((sign * (d.get("change") or 0.0), side, d))
+    for _, side, d in sorted(scored, key=lambda t: -t[0]):
+        clause = largest_contributor(d)
+        if clause is not None:
+            who = "eager" if side == "baseline" else "candidate"
+            return f"what got slower: {who} {clause}"
+    return None
+
+
 def evidence_sentence(before: Document, after: Document) -> str:
-    """'kernels per inference 58 -> 161; torch-tensorrt 2.6.0 -> 2.7.0', or a plain 'no ...'."""
-    changes = evidence_changes(before, after)
+    """'kernels per inference 58 -> 161; torch-tensorrt 2.6.0 -> 2.7.0', or a plain 'no ...';
+    the profiles' largest contributor last, where both documents hold a profile."""
+    changes = [str(c) for c in evidence_changes(before, after)]
     if not changes:
-        return ("no change in build choices, fusion evidence, compile time, accuracy, "
-                "environment versions or measurement conditions (timing mode and clock, "
-                "threads, GPU, clocks, throttling, host load)")
-    return "; ".join(str(c) for c in changes)
+        changes = ["no change in build choices, fusion evidence, compile time, accuracy, "
+                   "environment versions or measurement conditions (timing mode and clock, "
+                   "threads, GPU, clocks, throttling, host load)"]
+    clause = profile_clause(before, after)
+    return "; ".join([*changes, *([clause] if clause else [])])

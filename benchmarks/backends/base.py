@@ -49,6 +49,10 @@ class Compiled:
     # otherwise (kernel configs, tactics, the optimized graph): benchmarks.build hashes it
     # into evidence.build_fingerprint. None: the backend cannot say.
     build_choices: Any = None
+    # The backend's own profiler (input, inferences) -> a benchmarks.profile document, for a
+    # backend whose work torch.profiler cannot see (ONNX Runtime's nodes, TensorRT's
+    # layers). None: the runner profiles `run` with torch.profiler.
+    profile: Callable[[torch.Tensor, int], dict[str, Any]] | None = None
 
 
 class Backend(Protocol):

@@ -335,6 +335,8 @@ class OnnxRuntimeBackend:
                     "1" if spec.options["ort_allow_spinning"] else "0")
             providers = _providers(spec)
             session = ort.InferenceSession(str(session_path), options, providers=providers)
+            # the profile pass's session reads the same graph (benchmarks.profile)
+            graph_bytes = session_path.read_bytes() if spec.timing.profile else None
             wanted = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
             if session.get_providers()[0] != wanted:
                 raise BackendUnavailable(
@@ -364,9 +366,38 @@ class OnnxRuntimeBackend:
             "ort_intra_op_threads": threads,
             **quantized,
         }
+        profile = None
+        if graph_bytes is not None:
+            def profile(x: torch.Tensor, inferences: int) -> dict[str, Any]:
+                return _profile_session(graph_bytes, weights, example, spec, providers,
+                                        level_name, threads, x, inferences)
         return Compiled(run=run, evidence=evidence, cuda_graph_safe=False,
                         versions={"onnxruntime": ort.__version__, "onnx": onnx.__version__},
-                        build_choices=graph_choices(optimized))
+                        build_choices=graph_choices(optimized), profile=profile)
+
+
+def _profile_session(graph: bytes, weights: dict[str, np.ndarray], example: torch.Tensor,
+                     spec: BenchSpec, providers: list[Any], level_name: str, threads: int,
+                     x: torch.Tensor, inferences: int) -> dict[str, Any]:
+    """ONNX Runtime's own per-node profile of the timed graph, from a second session with
+    profiling on (the timed one never profiles): one run to warm it, `inferences` read."""
+    from benchmarks.profile import onnxruntime_profile
+
+    ort = _ort()
+    with tempfile.TemporaryDirectory(prefix="speedwatch-ort-profile-") as tmp:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = _opt_level(level_name)
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tmp) / "ort")
+        session = ort.InferenceSession(graph, options, providers=providers)
+        bound = _BoundSession(session, weights, example, spec)  # its first run warms it
+        for _ in range(inferences):
+            bound(x)
+        trace = Path(session.end_profiling())
+        return onnxruntime_profile(trace, inferences)
 
 
 def _quantize_static(exported: Path, example: torch.Tensor,

@@ -30,6 +30,7 @@ from app.config import Settings
 from app.dashboard.routes import TOKEN_COOKIE, page_access
 from app.main import create_app
 from app.services.tokens import authenticate, revoke_token
+from benchmarks.profile import document
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer, bench_result, ingest_body, run_request, tiny_spec
 from workers import dispatch
@@ -287,6 +288,10 @@ PROJECT_DATA: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/regressions"): "list",
     ("GET", "/api/v1/regressions/{regression_id}"): "object",
     ("GET", "/api/v1/compare"): "object",
+    ("GET", "/api/v1/results/{result_id}"): "object",
+    ("GET", "/api/v1/results/{result_id}/profile"): "object",
+    ("GET", "/api/v1/results/profile-diff"): "object",
+    ("GET", "/api/v1/regressions/{regression_id}/profile-diff"): "object",
     ("GET", "/"): "list",
     ("GET", "/runs"): "list",
     ("GET", "/regressions"): "list",
@@ -364,6 +369,7 @@ class Seeded:
     run_ids: tuple[int, int]
     regression_id: int
     sweep_id: int
+    result_ids: tuple[int, int]
 
 
 SWEPT = ["1.21.0", "1.22.0"]
@@ -395,18 +401,23 @@ def world(client: TestClient, tokens: dict[str, str]) -> Iterator[dict[str, Seed
     ci = bearer(tokens["ci"])
     seeded = {}
     for name in (MINE, THEIRS):
-        runs = []
+        runs, results = [], []
         for revision, speedup, kernels in (("v1", 2.0, 58), ("v2", 1.6, 161)):
-            document = measured(speedup, evidence={"kernels_per_inference": kernels})
-            posted = client.post("/api/v1/results", json=body(document, revision, name),
+            profile = document("onnxruntime", "nodes", 1, [("/conv/Conv", "Conv", 1, kernels)])
+            measured_doc = measured(speedup, evidence={
+                "kernels_per_inference": kernels,
+                "profile": {"baseline": profile, "candidate": profile}})
+            posted = client.post("/api/v1/results", json=body(measured_doc, revision, name),
                                  headers=ci)
             assert posted.status_code == 201, posted.text
             runs.append(posted.json()["run_id"])
+            results.append(posted.json()["result_id"])
         listed = client.get("/api/v1/regressions", params={"project": name}, headers=ci)
         (regression,) = listed.json()["items"]
         swept = client.post("/api/v1/sweeps", json=sweep_request(name), headers=ci)
         assert swept.status_code == 201, swept.text
-        seeded[name] = Seeded(name, (runs[0], runs[1]), regression["id"], swept.json()["id"])
+        seeded[name] = Seeded(name, (runs[0], runs[1]), regression["id"], swept.json()["id"],
+                              (results[0], results[1]))
     yield seeded
     dispatch.install()  # pip's index again
 
@@ -427,11 +438,14 @@ def _project_request(method: str, template: str, project: Seeded) -> tuple[str, 
     url = (template.replace("{run_id}", str(project.run_ids[1]))
            .replace("{regression_id}", str(project.regression_id))
            .replace("{sweep_id}", str(project.sweep_id))
+           .replace("{result_id}", str(project.result_ids[1]))
            .replace("{name}", project.name).replace("{key}", KEY))
     if "{key}" in template:
         url += f"?project={project.name}"
     if template.endswith("/compare"):
         url += f"?base={project.run_ids[0]}&head={project.run_ids[1]}"
+    if template == "/api/v1/results/profile-diff":
+        url += f"?base={project.result_ids[0]}&head={project.result_ids[1]}"
     bodies: dict[str, Any] = {
         "/api/v1/runs": run_request(project=project.name),
         "/api/v1/results": ingest_body(bench_result(), project=project.name),

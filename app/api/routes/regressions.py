@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from app.api.deps import CiAccess, CiToken, IdCursor, ReadAccess, RowIdPath, SessionDep
 from app.api.presenters import error_responses
 from app.models import Regression
-from app.schemas import RegressionListPublic, RegressionPublic
+from app.schemas import ProfileDiffPublic, RegressionListPublic, RegressionPublic
 from app.services import regressions as service
 from app.services.tokens import ProjectAccess
 
@@ -93,3 +93,17 @@ def resolve(regression_id: RowIdPath, session: SessionDep, token: CiToken,
     """open or acknowledged -> resolved; 409 if it is already resolved; 404 for a
     regression of a project outside the token's limit."""
     return _move(session, regression_id, "resolved", token.name, access)
+
+
+@router.get("/{regression_id}/profile-diff", response_model=ProfileDiffPublic,
+            responses=error_responses(401, 403, 404, 422, 503),
+            summary="What got slower: the regressed result's profile against its baseline's")
+def get_regression_profile_diff(regression_id: RowIdPath, session: SessionDep,
+                                access: ReadAccess) -> ProfileDiffPublic:
+    """404 for a regression judged against a pinned speedup (no stored baseline result)
+    or whose results hold no profile."""
+    from app.api.routes.results import profile_diff_public
+    from app.services import profiles
+
+    _, d = profiles.regression_diff(session, regression_id, access=access)
+    return profile_diff_public(d)

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, BackgroundTasks, Response
+from typing import Annotated
 
-from app.api.deps import CiAccess, SessionDep, SettingsDep
+from fastapi import APIRouter, BackgroundTasks, Query, Response
+
+from app.api.deps import CiAccess, ReadAccess, RowIdPath, SessionDep, SettingsDep
 from app.api.presenters import error_responses
-from app.schemas import ResultIngest, ResultIngestedPublic
+from app.models import Result
+from app.schemas import (
+    ID_MAX,
+    ProfileDiffPublic,
+    ResultIngest,
+    ResultIngestedPublic,
+    ResultProfilePublic,
+    ResultPublic,
+)
+from app.services import profiles
 from app.services.results import coalescer, ingest_result, judge_ingested
 
 router = APIRouter(prefix="/api/v1/results", tags=["results"])
@@ -59,3 +70,56 @@ def post_result(
     else:
         response.status_code = 200
     return answer
+
+
+READ_ERRORS = error_responses(401, 403, 404, 422, 503)
+
+
+def profile_diff_public(d: profiles.ProfileDiff) -> ProfileDiffPublic:
+    return ProfileDiffPublic.model_validate({
+        "base_result_id": d.base.id, "head_result_id": d.head.id,
+        "base_series_key": d.base.series.key, "head_series_key": d.head.series.key,
+        "sides": d.sides, "unavailable": d.unavailable, "largest": d.largest})
+
+
+@router.get("/profile-diff", response_model=ProfileDiffPublic, responses=READ_ERRORS,
+            summary="What got slower between two results of one model")
+def get_profile_diff(
+    session: SessionDep, access: ReadAccess,
+    base: Annotated[int, Query(ge=1, le=ID_MAX, description="the earlier result's id")],
+    head: Annotated[int, Query(ge=1, le=ID_MAX, description="the later result's id")],
+) -> ProfileDiffPublic:
+    """Each side's profile of `head` against `base`, matched by name (or by operator type
+    and kernel family when a new build renamed them): rows that appeared, vanished, got
+    slower or faster, with their share of the change. 404 for an unknown result or one
+    without a profile; 422 naming `head` for results of two models."""
+    return profile_diff_public(profiles.diff_by_ids(session, base, head, access=access))
+
+
+@router.get("/{result_id}", response_model=ResultPublic, responses=READ_ERRORS,
+            summary="A stored result with its project, revision and environment")
+def get_result(result_id: RowIdPath, session: SessionDep, access: ReadAccess) -> ResultPublic:
+    """The stored result document and where it belongs (what `speedwatch repro` writes a
+    bundle from)."""
+    from app.services.documents import result_document
+
+    result, run = profiles.get_result(session, result_id, access=access)
+    document = result_document(result, result.series.key, result.cell.spec).to_dict()
+    return ResultPublic(
+        result_id=result.id, run_id=run.id, cell_id=result.cell_id, project=run.project.name,
+        revision=run.revision, branch=run.branch, series_key=result.series.key,
+        pins=list(run.environment.pins or []), interpreter=run.environment.interpreter,
+        installed=dict(result.installed_versions or run.environment.installed or {}),
+        created_at=result.created_at, document=document)
+
+
+@router.get("/{result_id}/profile", response_model=ResultProfilePublic, responses=READ_ERRORS,
+            summary="Each side's profile of a result (kernels, operators, nodes or layers)")
+def get_result_profile(result_id: RowIdPath, session: SessionDep,
+                       access: ReadAccess) -> ResultProfilePublic:
+    """Taken in an untimed pass after the timing, by the cell's first process. 404 for a
+    result measured without one."""
+    result: Result = profiles.get_result(session, result_id, access=access)[0]
+    return ResultProfilePublic.model_validate({
+        "result_id": result.id, "series_key": result.series.key,
+        "sides": profiles.profile_of(result)})
