@@ -19,6 +19,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,6 +42,7 @@ from app.errors import (
     DATABASE_ERRORS,
     Forbidden,
     InvalidRequest,
+    NotFound,
     SpeedwatchError,
     Unauthorized,
     database_reason,
@@ -48,6 +50,7 @@ from app.errors import (
 )
 from app.models import RUN_TERMINAL, Cell, Regression, Result, Run, Series
 from app.services import environments as environment_service
+from app.services import profiles as profile_service
 from app.services import regressions as regression_service
 from app.services import runs as run_service
 from app.services import series as series_service
@@ -374,6 +377,19 @@ def series_page(
 
 # ---- compare -------------------------------------------------------------------------------
 
+def _profile_diff(make: Callable[[], Any]) -> tuple[Any, str | None]:
+    """A profile diff for a page, or None and why not (a page shows what it can)."""
+    try:
+        return make(), None
+    except NotFound as exc:
+        return None, exc.message
+    except InvalidRequest as exc:
+        return None, exc.field_message
+
+
+COMPARE_DIFFS = 3  # profile diffs shown under a comparison: its most changed series
+
+
 @router.get("/compare")
 def compare_page(
     request: Request,
@@ -391,8 +407,11 @@ def compare_page(
     if base is not None and head is not None:
         comparison = series_service.compare_runs(session, base, head, access)
         rows = sorted(comparison.rows, key=lambda r: (r.change is None, r.change or 0.0))
+        diffs = [(row, *_profile_diff(partial(profile_service.diff_results, row.base,
+                                              row.head)))
+                 for row in rows if not row.ci_overlap][:COMPARE_DIFFS]
         context.update(
-            comparison=comparison, rows=rows,
+            comparison=comparison, rows=rows, diffs=diffs,
             base_run=run_service.get_run(session, base, access),
             head_run=run_service.get_run(session, head, access),
             chart=figures.changes_figure(
@@ -538,7 +557,10 @@ def regression_page(
     found, _ = sweep_service.list_sweeps(session, regression_id=regression.id, limit=20,
                                          access=access)
     bisects = [_bisect_context(session, s) for s in found]
+    diff, why_not = _profile_diff(lambda: profile_service.regression_diff(
+        session, regression.id, access=access)[1])
     return _page(request, "regression.html", r=regression, bisects=bisects,
+                 diff=diff, why_not=why_not,
                  hint=(f"speedwatch bisect --url URL --token TOKEN --project "
                        f"{regression.project.name} --regression {regression.id} --wait"))
 

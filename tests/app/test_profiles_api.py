@@ -115,3 +115,20 @@ def test_a_stored_result_is_read_back_with_its_environment(
     assert got["pins"] == ["onnxruntime==1.22.0"]
     assert got["document"]["spec"]["model"] == "resnet18"
     assert got["document"]["series_key"] == got["series_key"]
+
+
+def test_the_regression_page_shows_what_got_slower_and_a_compare_page_too(
+    client: TestClient, ci_token: str,
+) -> None:
+    first = post(client, ci_token, profiled(2.0, NODES), "v1")
+    post(client, ci_token, profiled(1.6, [*NODES, ("/custom/Op", "CustomOp", 1.0, 90.0)]),
+         "v2")
+    (regression,) = client.get("/api/v1/regressions", headers=bearer(ci_token)).json()["items"]
+    client.cookies.set("speedwatch_token", ci_token)
+    page = client.get(f"/regressions/{regression['id']}").text
+    assert "What got slower: candidate" in page and "/custom/Op" in page
+    assert "these rows account for 100% of the change" in page
+    base_run = client.get(f"/api/v1/results/{first}", headers=bearer(ci_token)).json()["run_id"]
+    compare = client.get(f"/compare?base={base_run}&head={regression['opened_by_run_id']}")
+    assert compare.status_code == 200 and "/custom/Op" in compare.text
+    client.cookies.clear()
