@@ -62,6 +62,31 @@ def local_models(models: str) -> str:
     return ",".join(out)
 
 
+def specs_from_file(path: Path) -> list[Any]:
+    """The spec (or list of specs) a JSON file holds, validated; BadInput naming --spec."""
+    from benchmarks.spec import BenchSpec, SpecError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"--spec: cannot read {str(path)!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise BadInput(f"--spec: {str(path)!r} is not JSON: {exc}") from None
+    items = data if isinstance(data, list) else [data]
+    specs = []
+    for i, item in enumerate(items):
+        where = f"--spec ({path}{f' item {i + 1}' if len(items) > 1 else ''})"
+        if not isinstance(item, dict):
+            raise BadInput(f"{where}: a spec is a JSON object")
+        try:
+            spec = BenchSpec.from_dict(item)
+            spec.validate()
+        except (SpecError, TypeError, ValueError) as exc:
+            raise BadInput(f"{where}: {exc}") from None
+        specs.append(spec)
+    return specs
+
+
 def register(cli: typer.Typer) -> None:
     @cli.command("bench", cls=Command, rich_help_panel="Measure here")
     @needs("bench", "bench")
@@ -164,6 +189,14 @@ def register(cli: typer.Typer) -> None:
                                          rich_help_panel="Matrix"),
         json_out: Path | None = typer.Option(
             None, "--json", help="Write results here.", rich_help_panel="Isolation and output"),
+        profile: bool = typer.Option(
+            True, "--profile/--no-profile", help="Profile each side in an untimed pass "
+            "after the timing (kernels, operators or nodes per inference; evidence.profile).",
+            rich_help_panel="Timing"),
+        spec_file: Path | None = typer.Option(
+            None, "--spec", help="Measure the spec in this JSON file exactly (a result's "
+            "`spec`, as `speedwatch repro` writes it); the matrix and timing flags are "
+            "not read.", rich_help_panel="Matrix"),
     ) -> None:
         """Measure eager vs optimized backends, paired and interleaved; print a summary."""
         from dataclasses import replace
@@ -188,7 +221,7 @@ def register(cli: typer.Typer) -> None:
                 given["max_host_load"] = host_load_setting()
             policy = replace(default_timing(device),
                              **{k: v for k, v in given.items() if v is not None},
-                             cuda_graphs=cuda_graphs, seed=seed)
+                             cuda_graphs=cuda_graphs, seed=seed, profile=profile)
             policy = replace(policy, min_rounds=min(policy.min_rounds, policy.rounds))
             if not isolate:
                 if processes is not None and processes > 1:
@@ -218,9 +251,10 @@ def register(cli: typer.Typer) -> None:
             base = BenchSpec(device=device, width=width, image_size=image_size,
                              num_classes=num_classes, seed=seed, options=options,
                              timing=policy)
-            specs = build_matrix(models=local_models(model), backends=backend, weights=weights,
-                                 precisions=precision, batches=batch, shapes=shape_mode, base=base,
-                                 opt_levels=opt_level, builds=builds)
+            specs = (specs_from_file(spec_file) if spec_file is not None else build_matrix(
+                models=local_models(model), backends=backend, weights=weights,
+                precisions=precision, batches=batch, shapes=shape_mode, base=base,
+                opt_levels=opt_level, builds=builds))
             if json_out is not None and json_out.parent and not json_out.parent.is_dir():
                 raise BadInput(f"--json: directory {str(json_out.parent)!r} does not exist")
         except BadInput as exc:

@@ -18,7 +18,9 @@ MEASUREMENT_KEYS = frozenset({"adaptive", "compile", "processes", "timing", "ci_
                               # each side's own timing window, medians and timestamps
                               "sides",
                               # the build's whole description is told by its fingerprint
-                              "build_choices", "build"})
+                              "build_choices", "build",
+                              # told as "what got slower" (regression and compare pages)
+                              "profile", "profile_error"})
 # The entry that says whether two results ran the same code, in the words the evidence
 # sentence uses (app.detection.evidence.BUILD_CHANGED).
 BUILD_ENTRY = "build_fingerprint"
