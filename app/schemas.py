@@ -663,7 +663,7 @@ class ProfileRowPublic(BaseModel):
 
 
 class SideDiffPublic(BaseModel):
-    matched_by: Literal["name", "group"]
+    matched_by: str = Field(description="name, group, or name and group (renamed rows)")
     source: str | None
     what: str | None
     base_total_us: float

@@ -1,66 +1,78 @@
 """What got slower: two profiles of one side (benchmarks.profile) matched and diffed.
 
-Rows are matched by name where both profiles share names (ONNX Runtime's nodes of one
-graph, eager's operators), else by group: a new build renames its kernels (Triton numbers
-them; a library picks another tile), and a kernel family or an operator type is what stays
-comparable. Each row says whether it appeared, vanished, got slower or faster, by how many
-microseconds per inference, and which share of the whole change that is; `explained` is the
-share of the change the listed rows account for.
+A row is matched by its name where both profiles hold that name (ONNX Runtime's nodes of
+one graph, eager's operators, a library kernel both builds chose); the rest by group: a new
+build renames its kernels (Triton numbers them; a library picks another tile), and a kernel
+family or an operator type is what stays comparable. Each row says whether it appeared,
+vanished, got slower or faster, by how many microseconds per inference, and which share of
+the whole change that is; `explained` is the share of the change the listed rows account
+for.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Literal
+from typing import Any
 
-from benchmarks.profile import OTHER
-
-MIN_SHARED_NAMES = 0.5  # match by name when at least half of either side's time shares names
 MAX_ROWS = 25
-
-Key = Literal["name", "group"]
-
 
 class ProfileDiffError(ValueError):
     """Two profiles that cannot be compared (different sources or kinds of rows)."""
 
 
-def _by(profile: dict[str, Any], key: Key) -> dict[str, tuple[float, float]]:
-    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for e in profile.get("entries") or []:
-        cell = out[str(e.get(key) or e.get("name"))]
-        cell[0] += float(e.get("calls") or 0.0)
-        cell[1] += float(e.get("us") or 0.0)
-    return {k: (c, u) for k, (c, u) in out.items()}
+def _rows(profile: dict[str, Any]) -> list[tuple[str, str, float, float]]:
+    return [(str(e.get("name")), str(e.get("group") or e.get("name")),
+             float(e.get("calls") or 0.0), float(e.get("us") or 0.0))
+            for e in profile.get("entries") or []]
 
 
-def matching_key(base: dict[str, Any], head: dict[str, Any]) -> Key:
-    """"name" when the profiles share most of their time under common names, else "group"."""
-    b, h = _by(base, "name"), _by(head, "name")
-    shared = set(b) & set(h) - {OTHER}
+def _matched(base: dict[str, Any], head: dict[str, Any]
+             ) -> tuple[dict[str, tuple[float, float, float, float]], str]:
+    """label -> (base calls, base us, head calls, head us). A row present under one name in
+    both profiles is matched by that name; the rest by group (a kernel family, an operator
+    type), labelled by its one name where the group holds one, else by the group."""
+    b, h = _rows(base), _rows(head)
+    shared = {n for n, *_ in b} & {n for n, *_ in h}
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    leftover: dict[str, set[str]] = defaultdict(set)
+    for offset, rows in ((0, b), (2, h)):
+        for name, group, calls, us in rows:
+            if name in shared:
+                label = name
+            else:
+                label = "\0" + group
+                leftover[group].add(name)
+            out[label][offset] += calls
+            out[label][offset + 1] += us
+    how = {"name"} if shared else set()
+    result: dict[str, tuple[float, float, float, float]] = {}
+    for label, (bc, bu, hc, hu) in out.items():
+        if label.startswith("\0"):
+            group = label[1:]
+            names = leftover[group]
+            label = next(iter(names)) if len(names) == 1 else group
+            how.add("name" if len(names) == 1 else "group")
+        key = label
+        while key in result:  # a group named like a matched row
+            key += " (group)"
+        result[key] = (bc, bu, hc, hu)
+    matched_by = " and ".join(sorted(how)) or "name"
+    return result, matched_by
 
-    def covered(rows: dict[str, tuple[float, float]]) -> float:
-        total = sum(u for _, u in rows.values()) or 1.0
-        return sum(rows[k][1] for k in shared) / total
 
-    return "name" if min(covered(b), covered(h)) >= MIN_SHARED_NAMES else "group"
-
-
-def diff(base: dict[str, Any], head: dict[str, Any], *, key: Key | None = None,
+def diff(base: dict[str, Any], head: dict[str, Any], *,
          max_rows: int = MAX_ROWS) -> dict[str, Any]:
     """The rows of `head` against `base` (both one side's profile, per inference)."""
     if (base.get("source"), base.get("what")) != (head.get("source"), head.get("what")):
         raise ProfileDiffError(
             f"the profiles are of different kinds ({base.get('source')} {base.get('what')} "
             f"against {head.get('source')} {head.get('what')}): they cannot be matched")
-    key = key or matching_key(base, head)
-    b, h = _by(base, key), _by(head, key)
-    total_base = sum(u for _, u in b.values())
-    total_head = sum(u for _, u in h.values())
+    matched, matched_by = _matched(base, head)
+    total_base = sum(v[1] for v in matched.values())
+    total_head = sum(v[3] for v in matched.values())
     change = total_head - total_base
     rows: list[dict[str, Any]] = []
-    for name in set(b) | set(h):
-        (bc, bu), (hc, hu) = b.get(name, (0.0, 0.0)), h.get(name, (0.0, 0.0))
+    for name, (bc, bu, hc, hu) in matched.items():
         delta = hu - bu
         if bu == 0 and hu > 0:
             kind = "appeared"
@@ -82,7 +94,7 @@ def diff(base: dict[str, Any], head: dict[str, Any], *, key: Key | None = None,
     shown = rows[:max_rows]
     explained = (sum(r["delta_us"] for r in shown) / change) if change else None
     return {
-        "matched_by": key, "source": head.get("source"), "what": head.get("what"),
+        "matched_by": matched_by, "source": head.get("source"), "what": head.get("what"),
         "base_total_us": round(total_base, 3), "head_total_us": round(total_head, 3),
         "change_us": round(change, 3),
         "change": round(change / total_base, 4) if total_base else None,
