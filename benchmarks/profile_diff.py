@@ -88,9 +88,9 @@ def diff(base: dict[str, Any], head: dict[str, Any], *,
                      "head_us": round(hu, 3), "delta_us": round(delta, 3),
                      "base_calls": round(bc, 3), "head_calls": round(hc, 3),
                      "share": round(delta / change, 4) if change else None})
-    # the rows that moved the total the way it moved, largest first, then the others
-    sign = 1.0 if change >= 0 else -1.0
-    rows.sort(key=lambda r: (-sign * r["delta_us"], r["name"]))
+    # the rows that moved most either way (what appeared and what it replaced), largest
+    # first, so that the listed rows add up to the change, not past it
+    rows.sort(key=lambda r: (-abs(r["delta_us"]), r["name"]))
     shown = rows[:max_rows]
     explained = (sum(r["delta_us"] for r in shown) / change) if change else None
     return {
@@ -104,9 +104,11 @@ def diff(base: dict[str, Any], head: dict[str, Any], *,
 
 
 def largest_contributor(d: dict[str, Any]) -> str | None:
-    """One clause for an evidence sentence: the row that moved the total most."""
-    rows = d.get("rows") or []
-    if not rows or not d.get("change_us"):
+    """One clause for an evidence sentence: the row that moved the total most the way the
+    total moved."""
+    change = d.get("change_us") or 0.0
+    rows = [r for r in d.get("rows") or [] if r["delta_us"] * change > 0]
+    if not rows:
         return None
     top = rows[0]
     share = f", {top['share']:.0%} of the change" if top.get("share") is not None else ""

@@ -50,7 +50,8 @@ def spec(model: str, weights: str, batch: int, device: str, *, profile: bool = T
 def measure(name: str, s: BenchSpec, out: Path) -> BenchResult:
     started = time.monotonic()
     result = run_isolated(s, timeout_s=1200)
-    (out / f"{name}.json").write_text(result.to_json(indent=1) + "\n")
+    if not name.startswith("profiling-"):  # their figures go into diffs.json
+        (out / f"{name}.json").write_text(result.to_json(indent=1) + "\n")
     sp = result.speedup
     print(f"{name}: {result.status} {sp.value if sp else None} "
           f"[{sp.ci_low if sp else None}, {sp.ci_high if sp else None}] "

@@ -10,6 +10,7 @@ green without having run these.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, Page, sync_playwright
+from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 from sqlalchemy.orm import Session
 
 from app.config import Settings
@@ -160,13 +161,14 @@ def test_a_regression_is_acknowledged_from_the_page_with_a_ci_token(
 
     page.fill("#token-input", "sw_not-a-token")
     page.click("#token-form button[type=submit]")
-    page.wait_for_function("document.querySelector('#token-state').innerText"
-                           ".startsWith('not saved: invalid or revoked token')")
+    # expect() polls from Playwright's own world: a predicate string would be an eval,
+    # which the page's content security policy refuses
+    expect(page.locator("#token-state")).to_have_text(
+        re.compile(r"^not saved: invalid or revoked token"))
     tab.problems.clear()  # the refused token's 401, asked for above
     page.fill("#token-input", served.ci_token)
     page.click("#token-form button[type=submit]")
-    page.wait_for_function(
-        "document.querySelector('#token-state').innerText === 'saved for this tab'")
+    expect(page.locator("#token-state")).to_have_text("saved for this tab")
     # the pages' cookie is the server's: HttpOnly, so no script on the page reads it
     cookie, = (c for c in page.context.cookies() if c["name"] == "speedwatch_token")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
@@ -184,7 +186,7 @@ def test_a_regression_is_acknowledged_from_the_page_with_a_ci_token(
     assert page.locator(f"#regressions-acknowledged #regression-{regression_id}").count() == 1
     assert page.inner_text("#token-state") == "saved for this tab"
     page.click("#token-clear")
-    page.wait_for_function("document.querySelector('#token-state').innerText === 'none saved'")
+    expect(page.locator("#token-state")).to_have_text("none saved")
     page.wait_for_timeout(200)  # the forget request's answer
     assert not [c for c in page.context.cookies() if c["name"] == "speedwatch_token"]
     assert tab.problems == []
