@@ -133,9 +133,9 @@ def onnxruntime_profile(trace: Path, inferences: int) -> dict[str, Any]:
 def tensorrt_profile(layers: Iterable[tuple[str, str, float]], inferences: int
                      ) -> dict[str, Any]:
     """TensorRT's IProfiler rows (layer name, layer type from the engine inspector, ms
-    over the profiled runs) as a profile."""
+    summed over the profiled runs, one report per layer and run) as a profile."""
     return document("tensorrt", "layers", inferences,
-                    ((name, kind, 1.0, ms * 1000.0) for name, kind, ms in layers))
+                    ((name, kind, float(inferences), ms * 1000.0) for name, kind, ms in layers))
 
 
 def timed(profile: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -240,9 +240,54 @@ class TensorRTBackend:
         runner = _EngineRunner(trt, engine, runtime, report.logger,
                                dynamic=spec.shape_mode == "dynamic")
         runner(example)  # first enqueue outside any CUDA graph capture (TensorRT asks so)
+        layers = engine_layers(trt, engine)
+
+        def profile(x: torch.Tensor, inferences: int) -> dict[str, Any]:
+            return layer_profile(trt, engine, runtime, report.logger, layers, x, inferences,
+                                 dynamic=spec.shape_mode == "dynamic")
+
         return Compiled(run=runner, evidence=evidence, cuda_graph_safe=True,
                         versions={"tensorrt": str(getattr(trt, "__version__", "unknown"))},
-                        build_choices=engine_build_choices(engine_layers(trt, engine)))
+                        build_choices=engine_build_choices(layers),
+                        profile=profile if spec.timing.profile else None)
+
+
+def layer_profile(trt: Any, engine: Any, runtime: Any, logger: Any, layers: list[Any],
+                  x: torch.Tensor, inferences: int, *, dynamic: bool) -> dict[str, Any]:
+    """TensorRT's own per-layer times (an IProfiler on an execution context of its own, so
+    the timed context never carries one): one enqueue to warm up, then `inferences` read.
+    Each layer is named as the engine inspector names it (the network layers it fused)
+    and grouped by its kernel family ("LayerType", with DETAILED profiling verbosity)."""
+    import torch
+
+    from benchmarks.profile import tensorrt_profile
+
+    kinds = {str(entry.get("Name")): str(entry.get("LayerType", "layer"))
+             for entry in layers if isinstance(entry, dict)}
+
+    class LayerTimes(trt.IProfiler):  # trt is the module found at run time (Any)
+        def __init__(self) -> None:
+            trt.IProfiler.__init__(self)  # TensorRT requires the base initialised
+            self.ms: dict[str, float] = {}
+            self.recording = False
+
+        def report_layer_time(self, layer_name: str, ms: float) -> None:
+            if self.recording:
+                self.ms[layer_name] = self.ms.get(layer_name, 0.0) + float(ms)
+
+    runner = _EngineRunner(trt, engine, runtime, logger, dynamic=dynamic)
+    times = LayerTimes()
+    runner.context.profiler = times  # enqueue_emits_profile (default True): reported per run
+    runner(x)
+    if x.is_cuda:
+        torch.cuda.synchronize()
+    times.recording = True
+    for _ in range(inferences):
+        runner(x)
+        if x.is_cuda:
+            torch.cuda.synchronize()
+    return tensorrt_profile(((name, kinds.get(name, "layer"), ms)
+                             for name, ms in times.ms.items()), inferences)
 
 
 def _parse_onnx(trt: Any, model: torch.nn.Module, example: torch.Tensor,

@@ -25,6 +25,7 @@ from benchmarks import trt_converter as tc
 from benchmarks.backends import tensorrt as trt_backend
 from benchmarks.build import fingerprint
 from benchmarks.models import build_model, example_input
+from benchmarks.profile import OTHER
 from benchmarks.spec import BenchSpec
 from tests.benchmarks import trt_standin as si
 
@@ -316,3 +317,37 @@ def test_int8_refuses_a_strongly_typed_network() -> None:
     with pytest.raises(tc.ConversionError, match="weakly typed"):
         tc.start_network(si.TensorRTStandIn(), spec, tc.ConverterOptions.for_spec(spec),
                          io_dtype=None, path="network")
+
+
+def test_the_backend_profiles_each_engine_layer_through_an_iprofiler(
+    standin_backend: Any,
+) -> None:
+    spec = BenchSpec(model="resnet18", backend="tensorrt", width=8, image_size=32,
+                     num_classes=10, batch_size=1, device="cuda").validate()
+    model = build_model(spec).eval()
+    x = example_input(spec)
+    compiled = standin_backend.compile(model, x, spec)
+    assert compiled.profile is not None
+    profile = compiled.profile(x, 3)
+    assert (profile["source"], profile["what"], profile["inferences"]) == (
+        "tensorrt", "layers", 3)
+    rows = {e["name"]: e for e in profile["entries"]}
+    # grouped by the engine inspector's kernel family
+    convolutions = [e for e in rows.values() if e["group"] == "CaskConvolution"]
+    assert convolutions and all(e["calls"] == 1.0 for e in rows.values() if e["name"] != OTHER)
+    assert convolutions[0]["us"] == pytest.approx(50.0)  # the stand-in's 0.05 ms a run
+    # the timed context never carries the profiler
+    assert compiled.run.context.profiler is None
+
+
+def test_a_profiler_that_skips_the_base_init_is_refused_as_tensorrt_refuses_it() -> None:
+    class Careless(si.IProfiler):
+        def __init__(self) -> None:
+            pass
+
+        def report_layer_time(self, layer_name: str, ms: float) -> None:
+            pass
+
+    context = si.IExecutionContext.__new__(si.IExecutionContext)
+    with pytest.raises(TypeError, match=r"did not call IProfiler\.__init__"):
+        context.profiler = Careless()

@@ -846,6 +846,24 @@ class IInt8EntropyCalibrator2(IInt8Calibrator):
     __slots__ = ()
 
 
+class IProfiler:
+    """Base of a layer-time profiler: a Python subclass must call the base __init__ and
+    override report_layer_time (TensorRT's docstring says both)."""
+
+    __slots__ = ("__dict__", "_initialised")
+
+    def __init__(self) -> None:
+        self._initialised = True
+
+    def report_layer_time(self, layer_name: str, ms: float) -> None:
+        raise NotImplementedError("pure virtual")
+
+
+def standin_layer_ms(layer: ILayer) -> float:
+    """A stand-in layer's "time": fixed per kind, so a profile of it is reproducible."""
+    return {LayerType.CONVOLUTION: 0.05, LayerType.MATRIX_MULTIPLY: 0.02}.get(layer.kind, 0.005)
+
+
 class IBuilderConfig:
     __slots__ = ("_calibrator", "_flags", "_level", "_timing_cache", "_verbosity",
                  "memory_pool_limits", "profiles")
@@ -1188,13 +1206,29 @@ class IExecutionContext:
     written to theirs. Stand-in rules mirror the documented ones: a dynamic input needs
     set_input_shape inside the profile, every I/O tensor needs an address."""
 
-    __slots__ = ("_addresses", "_engine", "_shapes", "enqueues")
+    __slots__ = ("_addresses", "_engine", "_profiler", "_shapes", "enqueue_emits_profile",
+                 "enqueues")
 
     def __init__(self, engine: ICudaEngine) -> None:
         self._engine = engine
         self._addresses: dict[str, int] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
+        self._profiler: IProfiler | None = None
+        self.enqueue_emits_profile = True
         self.enqueues = 0  # stand-in record
+
+    @property
+    def profiler(self) -> IProfiler | None:
+        return self._profiler
+
+    @profiler.setter
+    def profiler(self, value: IProfiler) -> None:
+        _check(value, IProfiler, "profiler")
+        if not getattr(value, "_initialised", False):
+            raise TypeError("profiler: the subclass did not call IProfiler.__init__")
+        if type(value).report_layer_time is IProfiler.report_layer_time:
+            raise TypeError("profiler: report_layer_time is not overridden")
+        self._profiler = value
 
     def _profile_fits(self, tensor: ITensor, shape: tuple[int, ...]) -> bool:
         declared = tensor._declared_shape
@@ -1261,6 +1295,10 @@ class IExecutionContext:
             ctypes.memmove(self._addresses[tensor.name], value.data_ptr(),
                            value.numel() * value.element_size())
         self.enqueues += 1
+        if self._profiler is not None and self.enqueue_emits_profile:
+            # one report per engine layer and enqueue, by the layer's name (DETAILED)
+            for layer in self._engine._network._layers:
+                self._profiler.report_layer_time(layer.name, standin_layer_ms(layer))
         return True
 
 
@@ -1866,6 +1904,7 @@ class TensorRTStandIn:
     Refitter = Refitter
     IInt8Calibrator = IInt8Calibrator
     IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
+    IProfiler = IProfiler
     IBuilderConfig = IBuilderConfig
     ICudaEngine = ICudaEngine
     IExecutionContext = IExecutionContext
