@@ -565,6 +565,19 @@ def regression_page(
                        f"{regression.project.name} --regression {regression.id} --wait"))
 
 
+@router.get("/results/{result_id}/repro.tar.gz")
+def repro_archive(result_id: int, request: Request, session: SessionDep,
+                  access: PageAccess) -> Response:
+    """The result's repro bundle (benchmarks.repro_bundle), as `speedwatch repro` writes it."""
+    from benchmarks.repro_bundle import archive
+
+    result, run = profile_service.get_result(session, result_id, access=access)
+    view = profile_service.result_view(result, run)
+    base = str(request.base_url).rstrip("/")
+    return Response(archive(view, base), media_type="application/gzip", headers={
+        "Content-Disposition": f'attachment; filename="repro-{result_id}.tar.gz"'})
+
+
 # ---- sweeps and bisects --------------------------------------------------------------------
 
 SWEEP_LIST_LIMIT = 100

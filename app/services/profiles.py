@@ -31,6 +31,22 @@ def get_result(session: Session, result_id: int, *,
     return result, run
 
 
+def result_view(result: Result, run: Run) -> dict[str, Any]:
+    """A stored result with where it belongs, as GET /api/v1/results/{id} answers it (what
+    a repro bundle is written from)."""
+    from app.services.documents import result_document
+
+    document = result_document(result, result.series.key, result.cell.spec).to_dict()
+    return {
+        "result_id": result.id, "run_id": run.id, "cell_id": result.cell_id,
+        "project": run.project.name, "revision": run.revision, "branch": run.branch,
+        "series_key": result.series.key, "pins": list(run.environment.pins or []),
+        "interpreter": run.environment.interpreter,
+        "installed": dict(result.installed_versions or run.environment.installed or {}),
+        "created_at": result.created_at, "document": document,
+    }
+
+
 def profile_of(result: Result) -> dict[str, Any]:
     """The result's profiles by side; a 404 naming why there is none."""
     profile = (result.evidence or {}).get("profile")

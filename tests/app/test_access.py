@@ -289,6 +289,7 @@ PROJECT_DATA: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/regressions/{regression_id}"): "object",
     ("GET", "/api/v1/compare"): "object",
     ("GET", "/api/v1/results/{result_id}"): "object",
+    ("GET", "/results/{result_id}/repro.tar.gz"): "object",
     ("GET", "/api/v1/results/{result_id}/profile"): "object",
     ("GET", "/api/v1/results/profile-diff"): "object",
     ("GET", "/api/v1/regressions/{regression_id}/profile-diff"): "object",

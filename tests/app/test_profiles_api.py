@@ -132,3 +132,26 @@ def test_the_regression_page_shows_what_got_slower_and_a_compare_page_too(
     compare = client.get(f"/compare?base={base_run}&head={regression['opened_by_run_id']}")
     assert compare.status_code == 200 and "/custom/Op" in compare.text
     client.cookies.clear()
+
+
+def test_the_pages_link_a_repro_archive_holding_the_bundle(
+    client: TestClient, ci_token: str,
+) -> None:
+    import io
+    import json
+    import tarfile
+
+    result_id = post(client, ci_token, profiled(2.0, NODES), "v1")
+    client.cookies.set("speedwatch_token", ci_token)
+    response = client.get(f"/results/{result_id}/repro.tar.gz")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/gzip"
+    with tarfile.open(fileobj=io.BytesIO(response.content)) as tar:
+        names = sorted(tar.getnames())
+        spec = json.loads(tar.extractfile(f"repro-{result_id}/spec.json").read())  # type: ignore[union-attr]
+    assert names == [f"repro-{result_id}/{n}" for n in (
+        "README.md", "environment.json", "fingerprint.json", "repro.sh", "result.json",
+        "spec.json")]
+    assert spec["model"] == "resnet18"
+    assert client.get("/results/999999/repro.tar.gz").status_code == 404
+    client.cookies.clear()

@@ -101,16 +101,8 @@ def get_profile_diff(
 def get_result(result_id: RowIdPath, session: SessionDep, access: ReadAccess) -> ResultPublic:
     """The stored result document and where it belongs (what `speedwatch repro` writes a
     bundle from)."""
-    from app.services.documents import result_document
-
     result, run = profiles.get_result(session, result_id, access=access)
-    document = result_document(result, result.series.key, result.cell.spec).to_dict()
-    return ResultPublic(
-        result_id=result.id, run_id=run.id, cell_id=result.cell_id, project=run.project.name,
-        revision=run.revision, branch=run.branch, series_key=result.series.key,
-        pins=list(run.environment.pins or []), interpreter=run.environment.interpreter,
-        installed=dict(result.installed_versions or run.environment.installed or {}),
-        created_at=result.created_at, document=document)
+    return ResultPublic.model_validate(profiles.result_view(result, run))
 
 
 @router.get("/{result_id}/profile", response_model=ResultProfilePublic, responses=READ_ERRORS,
