@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     max_cell_attempts: int = Field(default=3, ge=1)
     # Cells sent to one queue together (a run's cells) are measured together by one
     # worker, one child process of each in turn, so a drift of the machine reaches all of
-    # them alike (workers.tasks.execute_cells); at most this many per group (1: one cell
+    # them alike (workers.execution.execute_cells); at most this many per group (1: one cell
     # at a time, as separate messages). A group holds one worker for all its cells: on a
     # queue served by several GPUs, a smaller group spreads a run over more of them.
     interleave_cells: int = Field(default=16, ge=1, le=64)

@@ -1,7 +1,7 @@
 """On a GPU host: a foreign process started on the worker's GPU during a cell is caught, the
 cell is not stored but measured again, and the second attempt (alone on the GPU) is stored.
 
-Runs the worker's own task body (workers.tasks.execute_cells) on a SQLite store, pinned to
+Runs the worker's own task body (workers.execution.execute_cells) on a SQLite store, pinned to
 GPU 0 as `speedwatch worker --gpus` pins it; the foreign load is a matmul loop in a process
 of its own, started a few seconds into the cell. Prints what happened and writes JSON.
 
@@ -40,7 +40,7 @@ def main() -> None:
     from app.models import Cell, Result
     from app.schemas import RunCreate
     from app.services.runs import create_run
-    from workers.tasks import execute_cells
+    from workers.execution import execute_cells
 
     settings = get_settings()
     upgrade(settings.database_url)

@@ -20,7 +20,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 if TYPE_CHECKING:
     from app.config import Settings
     from app.services.confirmation import ConfirmationPair
-    from workers.tasks import CellEnvironment
+    from workers.cell_env import CellEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +31,19 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     from app.services.confirmation import pair_threshold
     from app.services.runs import claim_cell, fail_cell, record_result
     from benchmarks.isolation import run_interleaved
+    from workers.cell_env import (
+        annotate,
+        cell_environment,
+        failure_reason,
+        model_env,
+        resolve_python,
+    )
     from workers.environments import in_use
-    from workers.tasks import _annotate, _cell_environment, _reason, model_env, resolve_python
 
     ids = (pair.candidate_cell_id, pair.baseline_cell_id)
     with session_scope(settings) as session:
         specs = [claim_cell(session, cell_id, settings=settings) for cell_id in ids]
-        envs = [_cell_environment(session, cell_id) for cell_id in ids]
+        envs = [cell_environment(session, cell_id) for cell_id in ids]
         threshold = pair_threshold(session, pair)
         if any(spec is None for spec in specs):
             for cell_id, spec in zip(ids, specs, strict=True):
@@ -55,10 +61,10 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
         with in_use(pythons):  # no eviction while they measure
             results = run_interleaved(
                 spec, pythons, timeout_s=float(settings.cell_timeout_seconds),
-                env=model_env(settings), after_each=lambda: _heartbeat(ids, settings),
+                env=model_env(settings), after_each=lambda: heartbeat(ids, settings),
                 threshold=threshold)
         for result, env, python in zip(results, envs, pythons, strict=True):
-            _annotate(result, env, python)
+            annotate(result, env, python)
         with session_scope(settings) as session:
             stored = [record_result(session, cell_id, result)
                       for cell_id, result in zip(ids, results, strict=True)]
@@ -69,13 +75,13 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
                   settings)
     except Exception as exc:  # a bad pair fails; the worker carries on with the next cell
         log.warning("confirmation cells %s failed: %s", ids, exc, exc_info=True)
-        _fail_all(ids, _reason(exc), settings)
+        _fail_all(ids, failure_reason(exc), settings)
     finally:
         _finish(envs, settings)
     return outcome
 
 
-def _heartbeat(ids: tuple[int, ...], settings: Settings) -> None:
+def heartbeat(ids: tuple[int, ...], settings: Settings) -> None:
     """Mark the cells as moving after each child: a pair takes 2 * K children and an
     adaptive cell up to `max_processes`, and the reconciler takes a running cell without
     progress for `reconcile_after_seconds` as lost."""

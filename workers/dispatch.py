@@ -61,7 +61,7 @@ def enqueue_cells(cells: Sequence[tuple[int, str]], settings: Settings | None = 
 def cell_groups(cells: Sequence[tuple[int, str]], size: int,
                 consumers: Mapping[str, int] | None = None) -> list[list[int]]:
     """The cells of one send, grouped by queue in their order, at most `size` a group: each
-    group is measured together by one worker (workers.tasks.execute_cells). With
+    group is measured together by one worker (workers.execution.execute_cells). With
     `consumers` (live workers per queue), a queue's cells are split into that many groups
     at least, so a run spreads over every GPU of its class instead of waiting for one."""
     by_queue: dict[str, list[int]] = {}

@@ -33,7 +33,7 @@ class LocalExecutor:
 
     def submit_group(self, cell_ids: Iterable[int], settings: Settings | None = None) -> None:
         """Queue cells measured together, one child process of each in turn
-        (workers.tasks.execute_cells); groups run in submission order, one at a time."""
+        (workers.execution.execute_cells); groups run in submission order, one at a time."""
         group = list(cell_ids)
         if not group:
             return
@@ -64,7 +64,7 @@ class LocalExecutor:
         return done.wait(timeout_s)
 
     def _loop(self) -> None:
-        from workers.tasks import execute_cells
+        from workers.execution import execute_cells
 
         while True:
             group, settings = self._queue.get()

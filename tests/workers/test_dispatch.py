@@ -50,7 +50,7 @@ def test_a_broker_that_is_down_is_an_error_within_seconds_not_a_hang() -> None:
 
 
 def test_a_runs_cells_on_one_queue_travel_as_one_group_with_limits_for_all_of_them() -> None:
-    """One worker measures a group's cells in turns (workers.tasks.execute_cells); its time
+    """One worker measures a group's cells in turns (workers.execution.execute_cells); its time
     limits are the per-cell limits times the cells it holds. Another queue's cells go in a
     message of their own, and `interleave_cells` caps a group's size."""
     import json

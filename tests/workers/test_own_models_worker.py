@@ -19,7 +19,7 @@ from app.schemas import RunCreate
 from app.services.runs import create_run
 from tests.own_model_files import write_package
 from tests.workers.helpers import TINY_TIMING, reload_run
-from workers.tasks import execute_cell
+from workers.execution import execute_cell
 
 
 def _run(session: Session, settings: Settings, model: str) -> tuple[int, int]:

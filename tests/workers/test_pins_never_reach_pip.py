@@ -23,8 +23,8 @@ from tests.app.factories import bearer, run_request
 from tests.workers.helpers import new_run, reload_run
 from tests.workers.test_environments import MALICIOUS
 from workers.environments import EnvironmentBuildError, materialize
+from workers.execution import execute_cell
 from workers.local import get_local_executor
-from workers.tasks import execute_cell
 
 ALLOW = ["onnxruntime", "numpy"]
 

@@ -12,7 +12,7 @@ from app.config import Settings
 from app.models import Cell, Result
 from app.services.workers import Announcement, heartbeat
 from tests.workers.helpers import TINY_TIMING, inject_fault, new_run, reload_run, tiny_request
-from workers.tasks import execute_cell
+from workers.execution import execute_cell
 
 
 def _results(session: Session, cell_id: int) -> int:
@@ -105,7 +105,7 @@ def test_the_cells_a_run_sends_together_take_turns_and_each_is_stored_when_done(
     and shows in each interval); each is stored with its own result, and the run ends."""
     from app.schemas import RunCreate
     from app.services.runs import create_run
-    from workers.tasks import execute_cells
+    from workers.execution import execute_cells
 
     request = tiny_request(revision="together", weights=["constant", "tensor"],
                            project="together")
