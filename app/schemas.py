@@ -171,6 +171,10 @@ class TimingIn(StrictModel):
         "cell, and a load that stays is recorded and named in the verdict (default 0.5)")
     bootstrap_resamples: int | None = Field(default=None, ge=100, le=100_000)
     seed: int | None = Field(default=None, ge=0)
+    profile: bool | None = Field(
+        default=None, description="profile each side in an untimed pass after the timing "
+        "(default true): what GET /api/v1/results/{id}/profile serves and a regression's "
+        "profile diff reads")
 
 
 class MatrixIn(StrictModel):

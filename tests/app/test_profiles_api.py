@@ -155,3 +155,19 @@ def test_the_pages_link_a_repro_archive_holding_the_bundle(
     assert spec["model"] == "resnet18"
     assert client.get("/results/999999/repro.tar.gz").status_code == 404
     client.cookies.clear()
+
+
+def test_a_trigger_may_turn_profiling_off_and_its_cells_carry_that(
+    client: TestClient, ci_token: str, session: Any,
+) -> None:
+    from app.models import Cell
+    from tests.app.factories import run_request
+
+    response = client.post("/api/v1/runs", headers=bearer(ci_token),
+                           json=run_request(matrix={"timing": {"profile": False}}))
+    assert response.status_code == 201, response.text
+    specs = [c.spec for c in session.query(Cell).filter_by(run_id=response.json()["id"])]
+    assert specs and all(s["timing"]["profile"] is False for s in specs)
+    refused = client.post("/api/v1/runs", headers=bearer(ci_token),
+                          json=run_request(revision="x2", matrix={"timing": {"profile": "maybe"}}))
+    assert refused.status_code == 422 and "matrix.timing.profile" in refused.text
