@@ -228,6 +228,8 @@ def collect(device: str) -> dict[str, Any]:
                 fp["driver"] = driver.decode() if isinstance(driver, bytes) else str(driver)
             except Exception:
                 pass
+        # which of the host's GPUs (NVML's order): two devices of one class side by side
+        fp["gpu_index"] = _visible_gpu_index()
         if "gpu" not in fp:
             name = gpu_name()
             if name:
