@@ -16,6 +16,7 @@ write that names its project); tests/app/test_access.py holds every route to it.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -24,7 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from app.config import Settings
-from app.errors import Forbidden, Unauthorized
+from app.errors import DATABASE_ERRORS, Forbidden, Unauthorized, database_reason
 from app.models import ApiToken
 from app.schemas import ID_MAX
 from app.services.tokens import (
@@ -34,6 +35,8 @@ from app.services.tokens import (
     has_scope,
     project_access,
 )
+
+log = logging.getLogger(__name__)
 
 
 def get_app_settings(request: Request) -> Settings:
@@ -49,7 +52,13 @@ def get_session(request: Request) -> Iterator[Session]:
     try:
         yield session
     finally:
-        session.close()
+        try:
+            session.close()
+        except DATABASE_ERRORS as exc:
+            # The connection died after the route's work (the database restarted): its
+            # ROLLBACK fails. The answer is made, possibly on its way: raising here broke
+            # it mid-response ("response already started"); the pool drops the connection.
+            log.warning("closing a session after its request: %s", database_reason(exc))
 
 
 SessionDep = Annotated[Session, Depends(get_session)]

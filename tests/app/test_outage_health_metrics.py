@@ -131,3 +131,27 @@ def test_the_metrics_token_opens_metrics_only_and_a_wrong_one_is_refused(
 def test_a_metrics_token_shorter_than_16_characters_is_a_settings_error() -> None:
     with pytest.raises(ValueError, match="metrics_token"):
         Settings(metrics_token="short")  # type: ignore[arg-type]
+
+
+def test_a_session_whose_connection_died_after_the_route_closes_without_raising(
+    settings: Settings,
+) -> None:
+    """PostgreSQL restarted between a route's work and the request's end: the session's
+    ROLLBACK fails. Raising then broke an answer already on its way."""
+    import psycopg
+    from sqlalchemy import text
+    from starlette.requests import Request
+
+    from app.api.deps import get_session
+    from app.db import normalize_database_url
+
+    app = create_app(settings)
+    sessions = get_session(Request({"type": "http", "app": app}))
+    session = next(sessions)
+    pid = session.execute(text("SELECT pg_backend_pid()")).scalar()
+    admin = normalize_database_url(settings.database_url).replace("postgresql+psycopg",
+                                                                  "postgresql")
+    with psycopg.connect(admin, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(StopIteration):
+        next(sessions)  # the teardown ran and raised nothing
