@@ -116,3 +116,37 @@ def largest_contributor(d: dict[str, Any]) -> str | None:
             "faster": "faster"}[top["change"]]
     return (f"{top['name']} {what} ({top['delta_us']:+.1f} us per inference{share}; "
             f"profile {d['base_total_us']:.0f} -> {d['head_total_us']:.0f} us)")
+
+
+SIDES = ("candidate", "baseline")  # the optimized side first: it is what usually moved
+
+
+def diff_sides(before: dict[str, Any], after: dict[str, Any]
+               ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each side's diff of two results' profiles (evidence.profile), and why a side has
+    none."""
+    diffs: dict[str, dict[str, Any]] = {}
+    unavailable: dict[str, str] = {}
+    for side in SIDES:
+        b, a = before.get(side), after.get(side)
+        if not isinstance(b, dict) or not isinstance(a, dict):
+            unavailable[side] = "not profiled in both results"
+            continue
+        try:
+            diffs[side] = diff(b, a)
+        except (ProfileDiffError, TypeError, ValueError, KeyError) as exc:
+            unavailable[side] = str(exc)
+    return diffs, unavailable
+
+
+def largest_change(diffs: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
+    """(side, clause) for the row that moved the speedup down most. A speedup drops when
+    the candidate gets slower or eager gets faster: the side that moved that way most,
+    relative to its own total, is told first."""
+    scored = sorted(((1.0 if side == "candidate" else -1.0) * (d.get("change") or 0.0), side)
+                    for side, d in diffs.items())
+    for _, side in reversed(scored):
+        clause = largest_contributor(diffs[side])
+        if clause is not None:
+            return side, clause
+    return None

@@ -45,7 +45,7 @@ from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.clocks import CUDA_CLOCK, SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
 from benchmarks.models import build_model, example_input, model_dtype
 from benchmarks.result import BenchResult
-from benchmarks.spec import LATER_PROCESS_OPTION, BenchSpec, SpecError
+from benchmarks.spec import LATER_PROCESS_OPTION, BenchSpec, SpecError, profiled_here
 from benchmarks.timing import capture_cuda_graph, time_paired
 from benchmarks.turns import ChildTurns
 
@@ -478,7 +478,7 @@ def _measure(
             evidence["kernels_per_inference_error"] = one_line(exc)
     # Each side's profile (benchmarks.profile), in a pass after the timing: the first
     # process's, like the kernel counts. It explains a change; it never is one.
-    if policy.profile and not spec.options.get(LATER_PROCESS_OPTION):
+    if profiled_here(spec):
         with _stage("profile"):
             evidence.update(_profiles(
                 {name: fn for name, fn in (("baseline", baseline_fn),

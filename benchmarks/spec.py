@@ -396,6 +396,13 @@ CHILD_SIDES = ("baseline", "candidate")
 _NOT_MEASUREMENT_OPTIONS = {"threads"}
 
 
+def profiled_here(spec: BenchSpec) -> bool:
+    """Whether this process takes the profile pass (benchmarks.profile): profiling is on
+    and this is a cell's first process (later processes' profiles would be thrown away:
+    a merged result keeps the first process's evidence)."""
+    return spec.timing.profile and not spec.options.get(LATER_PROCESS_OPTION)
+
+
 def harness_option(name: str) -> bool:
     """Whether a spec option is the harness's (how the sides share processes, and anything
     starting with "_": test faults, the side a split child times, a later process), never a

@@ -99,9 +99,9 @@ def client_key(scope: Scope) -> str:
     """Who is asking: a hash of the bearer token or page cookie (never the token), else
     the peer's address."""
     headers = dict(scope.get("headers") or [])
-    auth = headers.get(b"authorization", b"")
-    if auth[:7].lower() == b"bearer " and auth[7:].strip():
-        return "t:" + hashlib.sha256(auth[7:].strip()).hexdigest()[:16]
+    bearer = _bearer(headers)
+    if bearer:
+        return "t:" + hashlib.sha256(bearer).hexdigest()[:16]
     for part in headers.get(b"cookie", b"").split(b";"):
         name, _, value = part.strip().partition(b"=")
         if name == TOKEN_COOKIE and value:
@@ -124,7 +124,7 @@ class AdmissionMiddleware:
         path: str = scope.get("path", "")
         method: str = scope.get("method", "")
         headers = dict(scope.get("headers") or [])
-        if path.startswith("/api/") and method in _WRITES and not _has_bearer(headers):
+        if path.startswith("/api/") and method in _WRITES and not _bearer(headers):
             await _answer(send, 401, "this endpoint needs a bearer token "
                           "(Authorization: Bearer sw_...); create one with "
                           "`speedwatch token create`", {"www-authenticate": "Bearer"})
@@ -218,9 +218,10 @@ async def _too_large(send: Send, limit: int) -> None:
                   {"connection": "close"})
 
 
-def _has_bearer(headers: dict[bytes, bytes]) -> bool:
+def _bearer(headers: dict[bytes, bytes]) -> bytes:
+    """The bearer token the request sends (b"": none)."""
     auth = headers.get(b"authorization", b"")
-    return auth[:7].lower() == b"bearer " and bool(auth[7:].strip())
+    return auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
 
 
 async def _answer(send: Send, status: int, detail: str, extra: dict[str, str]) -> None:

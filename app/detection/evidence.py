@@ -304,30 +304,19 @@ def evidence_changes(before: Document, after: Document) -> list[EvidenceChange]:
 
 def profile_clause(before: Document, after: Document) -> str | None:
     """'what got slower: candidate triton_poi_fused_... new (+12.3 us per inference, 81% of
-    the change; ...)' from the two documents' profiles (benchmarks.profile_diff), the
-    optimized side first; None when they hold no comparable profiles."""
-    from benchmarks.profile_diff import ProfileDiffError, diff, largest_contributor
+    the change; ...)' from the two documents' profiles (benchmarks.profile_diff); None when
+    they hold no comparable profiles."""
+    from benchmarks.profile_diff import diff_sides, largest_change
 
     b = (_get(before, "evidence") or {}).get("profile")
     a = (_get(after, "evidence") or {}).get("profile")
     if not isinstance(b, dict) or not isinstance(a, dict):
         return None
-    # A speedup drops when the candidate gets slower or eager gets faster: tell the side
-    # that moved that way most (relative to its own total).
-    scored = []
-    for side, sign in (("candidate", 1.0), ("baseline", -1.0)):
-        if isinstance(b.get(side), dict) and isinstance(a.get(side), dict):
-            try:
-                d = diff(b[side], a[side])
-            except (ProfileDiffError, TypeError, ValueError, KeyError):
-                continue
-            scored.append((sign * (d.get("change") or 0.0), side, d))
-    for _, side, d in sorted(scored, key=lambda t: -t[0]):
-        clause = largest_contributor(d)
-        if clause is not None:
-            who = "eager" if side == "baseline" else "candidate"
-            return f"what got slower: {who} {clause}"
-    return None
+    found = largest_change(diff_sides(b, a)[0])
+    if found is None:
+        return None
+    side, clause = found
+    return f"what got slower: {'eager' if side == 'baseline' else 'candidate'} {clause}"
 
 
 def evidence_sentence(before: Document, after: Document) -> str:

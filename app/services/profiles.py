@@ -13,10 +13,8 @@ from app.errors import InvalidRequest, NotFound
 from app.models import Regression, Result, Run
 from app.services.regressions import get_regression
 from app.services.tokens import EVERY_PROJECT, ProjectAccess
-from benchmarks.profile_diff import ProfileDiffError, diff, largest_contributor
+from benchmarks.profile_diff import diff_sides, largest_change
 from benchmarks.spec import parse_series_key
-
-SIDES = ("candidate", "baseline")  # the optimized side first: it is what usually moved
 
 
 def get_result(session: Session, result_id: int, *,
@@ -68,12 +66,8 @@ class ProfileDiff:
 
     @property
     def largest(self) -> str | None:
-        for side in SIDES:
-            if side in self.sides:
-                clause = largest_contributor(self.sides[side])
-                if clause is not None:
-                    return f"{side}: {clause}"
-        return None
+        found = largest_change(self.sides)
+        return f"{found[0]}: {found[1]}" if found is not None else None
 
 
 def _model(result: Result) -> str:
@@ -86,18 +80,8 @@ def diff_results(base: Result, head: Result) -> ProfileDiff:
     if _model(base) != _model(head):
         raise InvalidRequest("head", f"result {head.id} measures {_model(head)} and result "
                              f"{base.id} {_model(base)}: a profile diff compares one model")
-    base_profile = profile_of(base)
-    head_profile = profile_of(head)
-    out = ProfileDiff(base, head)
-    for side in SIDES:
-        b, h = base_profile.get(side), head_profile.get(side)
-        if not isinstance(b, dict) or not isinstance(h, dict):
-            out.unavailable[side] = "not profiled in both results"
-            continue
-        try:
-            out.sides[side] = diff(b, h)
-        except ProfileDiffError as exc:
-            out.unavailable[side] = str(exc)
+    sides, unavailable = diff_sides(profile_of(base), profile_of(head))
+    out = ProfileDiff(base, head, sides, unavailable)
     if not out.sides:
         raise InvalidRequest("head", "no side was profiled comparably in both results: "
                              + "; ".join(f"{s}: {why}" for s, why in out.unavailable.items()))

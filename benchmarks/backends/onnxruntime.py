@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks import model_ref
 from benchmarks.backends.base import BackendUnavailable, Compiled
 from benchmarks.onnx_weights import domain_counts, node_counts, weights_to_inputs
+from benchmarks.spec import profiled_here
 
 if TYPE_CHECKING:
     import numpy as np
@@ -335,8 +336,9 @@ class OnnxRuntimeBackend:
                     "1" if spec.options["ort_allow_spinning"] else "0")
             providers = _providers(spec)
             session = ort.InferenceSession(str(session_path), options, providers=providers)
-            # the profile pass's session reads the same graph (benchmarks.profile)
-            graph_bytes = session_path.read_bytes() if spec.timing.profile else None
+            # the profile pass's session reads the same graph (benchmarks.profile); only a
+            # process that profiles keeps it (a ResNet50 graph is about 100 MB)
+            graph_bytes = session_path.read_bytes() if profiled_here(spec) else None
             wanted = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
             if session.get_providers()[0] != wanted:
                 raise BackendUnavailable(

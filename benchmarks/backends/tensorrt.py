@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.backends.base import BackendUnavailable, Compiled, cuda_only_reason
-from benchmarks.spec import harness_option
+from benchmarks.spec import harness_option, profiled_here
 
 if TYPE_CHECKING:
     import tensorrt
@@ -249,7 +249,7 @@ class TensorRTBackend:
         return Compiled(run=runner, evidence=evidence, cuda_graph_safe=True,
                         versions={"tensorrt": str(getattr(trt, "__version__", "unknown"))},
                         build_choices=engine_build_choices(layers),
-                        profile=profile if spec.timing.profile else None)
+                        profile=profile if profiled_here(spec) else None)
 
 
 def layer_profile(trt: Any, engine: Any, runtime: Any, logger: Any, layers: list[Any],

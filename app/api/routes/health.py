@@ -59,12 +59,14 @@ def check_broker(settings: Settings) -> tuple[bool, str]:
     return True, "ok"
 
 
-def _report(request: Request, settings: Settings) -> tuple[bool, HealthPublic]:
+def _answer(request: Request, settings: Settings) -> JSONResponse:
+    """Both dependencies reported; 503 only when the database is down."""
     db_ok, database = check_database(request)
     broker_ok, broker = check_broker(settings)
     status: Literal["ok", "degraded", "unavailable"] = (
         "ok" if db_ok and broker_ok else "degraded" if db_ok else "unavailable")
-    return db_ok, HealthPublic(status=status, database=database, broker=broker)
+    body = HealthPublic(status=status, database=database, broker=broker)
+    return JSONResponse(body.model_dump(), status_code=200 if db_ok else 503)
 
 
 @router.get(
@@ -73,8 +75,7 @@ def _report(request: Request, settings: Settings) -> tuple[bool, HealthPublic]:
     summary="Database and broker reachability (degraded: the broker only)",
 )
 def healthz(request: Request, settings: SettingsDep) -> JSONResponse:
-    ready, body = _report(request, settings)
-    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+    return _answer(request, settings)
 
 
 @router.get(
@@ -83,8 +84,8 @@ def healthz(request: Request, settings: SettingsDep) -> JSONResponse:
     summary="Readiness: the API can serve (the database is reachable and migrated)",
 )
 def readyz(request: Request, settings: SettingsDep) -> JSONResponse:
-    ready, body = _report(request, settings)
-    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+    # the same answer as /healthz: only the database decides whether the API can serve
+    return _answer(request, settings)
 
 
 @router.get("/livez", response_model=LivePublic, summary="Liveness: the process answers")
