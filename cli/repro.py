@@ -20,8 +20,8 @@ from cli.help_format import Command
 
 
 def repro(
-    result_id: int = typer.Argument(..., min=1, help="The stored result's id (run pages and "
-                                    "regressions show it)."),
+    result_id_text: str = typer.Argument(..., metavar="RESULT_ID", help="The stored result's "
+                                         "id (run pages and regressions show it)."),
     url: str = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000."),
     token: str | None = typer.Option(None, envvar="SPEEDWATCH_TOKEN",
                                      help="Token with the read scope (if reads are private)."),
@@ -29,6 +29,11 @@ def repro(
                                     "repro-RESULT_ID); it must not exist yet."),
 ) -> None:
     """Write a folder that measures a stored result's cell again on this machine."""
+    if not result_id_text.isdigit() or int(result_id_text) < 1:
+        typer.echo(f"error: RESULT_ID: {result_id_text!r} is not a result id (a whole number "
+                   "from 1, as run pages show it)", err=True)
+        raise typer.Exit(EXIT_ERROR)
+    result_id = int(result_id_text)
     folder = out or Path(f"repro-{result_id}")
     if folder.exists():
         typer.echo(f"error: --out: {str(folder)!r} exists already; name a new folder", err=True)

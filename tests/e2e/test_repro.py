@@ -72,6 +72,11 @@ def test_an_unknown_result_and_a_broken_spec_file_are_one_line_errors(
     assert unknown.returncode == 2
     assert unknown.stderr.strip().splitlines()[-1] == (
         "error: HTTP 404 from GET /api/v1/results/424242: result 424242 not found")
+    for typed in ("abc", "0"):
+        wrong = _cli("repro", typed, "--url", api_url, cwd=tmp_path)
+        assert wrong.returncode == 2
+        assert wrong.stderr.strip() == (f"error: RESULT_ID: {typed!r} is not a result id (a "
+                                        "whole number from 1, as run pages show it)")
     (tmp_path / "spec.json").write_text('{"backend": "tensorrtt"}')
     broken = _cli("bench", "--spec", "spec.json", cwd=tmp_path)
     assert broken.returncode == 2 and broken.stderr.startswith("error: --spec (spec.json): ")
