@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     # A GPU worker pinned to one device waits this long for a foreign process on it to
     # leave before a cell; past that the cell is measured again later (workers.exclusivity).
     gpu_idle_wait_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # A GPU regression is confirmed on this many GPUs of its class at once where that many
+    # workers of its queue are alive (the GPU that measured it first): two GPUs of one class
+    # differ by a few tenths of a percent, and one GPU's confirmation cannot tell a release
+    # that is slower from a device that is. 1: one confirmation, wherever the queue sends it.
+    confirm_gpus: int = Field(default=2, ge=1, le=16)
     # The CPU twin (benchmarks.host): a CPU cell's unit timed while other processes kept
     # more than this many cores busy is measured again (twice at most) and a load that
     # stays is stored with the result and named in its verdict. A request's

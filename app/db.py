@@ -82,7 +82,13 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(connection: Any) -> None:
-    connection.exec_driver_sql("BEGIN")
+    # IMMEDIATE: a transaction takes the write lock when it begins, waiting out the busy
+    # timeout for it. A deferred one that read first and wrote later failed at once with
+    # "database is locked" whenever another process had written in between (SQLite cannot
+    # wait there without risking a deadlock): with four fleet workers and the API on one
+    # file, a cell's task failed so. Reads take the lock too (a session always begins a
+    # transaction); every transaction here is short.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def get_engine(settings: Settings | None = None) -> Engine:

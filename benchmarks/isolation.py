@@ -939,11 +939,17 @@ def _fresh_compile_caches(child_env: dict[str, str], tmp: Path,
     caller names in `env` is kept: sharing it is then a choice, not an accident. Triton's
     cache stays shared: it holds compiled binaries keyed by kernel source, no choices, and
     with it fresh too two dynamic-shape specs did not finish in 580 s on the H100 where four
-    specs with shared caches took 490 s. `timing.compile_cache` "host" skips this.
+    specs with shared caches took 490 s. Inductor puts Triton's cache inside its own
+    directory unless TRITON_CACHE_DIR names one, so that is set here to the host's (beside
+    its tuning caches; the binaries are keyed by source, compiler and device): without it a
+    process's fresh directory recompiled every kernel. `timing.compile_cache` "host" skips
+    this.
     """
     for name in COMPILE_CACHE_VARIABLES:
         if explicit is None or name not in explicit:
             child_env[name] = str(tmp / name.lower())
+    if "TRITON_CACHE_DIR" not in child_env:
+        child_env["TRITON_CACHE_DIR"] = str(build.tuning_cache_dir().parent / "triton")
 
 
 def _host_tuning_cache(spec: BenchSpec, child_env: dict[str, str],

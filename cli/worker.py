@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import typer
@@ -42,7 +43,11 @@ def worker(
     if gpus:
         _gpu_fleet(gpus, settings.gpu_queues, loglevel, queues, concurrency)
         return
+    from kombu import Queue
+
+    from app.services.workers import direct_queue
     from workers.celery_app import celery_app, queue_names
+    from workers.fleet import FleetError, apply_worker_cores
 
     wanted = [q.strip() for q in queues.split(",") if q.strip()] or [settings.cpu_queue]
     known = queue_names(settings)
@@ -54,8 +59,16 @@ def worker(
         )
         raise typer.Exit(2)
     name = hostname or f"speedwatch-{'+'.join(wanted)}@{socket.gethostname()}"
+    try:  # a fleet worker keeps to its share of the host's cores (workers.fleet)
+        apply_worker_cores()
+    except (FleetError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    # Its own queue besides: where a confirmation is sent to be measured on this GPU.
+    own = direct_queue(name)
+    celery_app.conf.task_queues = [*celery_app.conf.task_queues, Queue(own, routing_key=own)]
     celery_app.worker_main(
-        ["worker", "--queues", ",".join(wanted), "--concurrency", str(concurrency),
+        ["worker", "--queues", ",".join([*wanted, own]), "--concurrency", str(concurrency),
          "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle"]
     )
 
@@ -84,18 +97,30 @@ def _gpu_fleet(selection: str, gpu_queues: dict[str, str], loglevel: str, queues
                concurrency: int) -> None:
     """`--gpus`: plan one pinned worker per GPU from NVML, then supervise them."""
     from benchmarks.fingerprint import visible_gpus
-    from workers.fleet import FleetError, base_environment, plan, supervise, worker_argv
+    from workers.fleet import (
+        FleetError,
+        base_environment,
+        format_cores,
+        nvml_cpu_affinity,
+        plan,
+        supervise,
+        worker_argv,
+    )
 
     if queues or concurrency != 1:
         typer.echo("error: --gpus chooses each worker's queues and runs it with concurrency "
                    "1; leave out --queues and --concurrency", err=True)
         raise typer.Exit(2)
     try:
-        plans = plan(visible_gpus(), selection, gpu_queues, socket.gethostname())
+        gpus = visible_gpus()
+        plans = plan(gpus, selection, gpu_queues, socket.gethostname(),
+                     allowed=sorted(os.sched_getaffinity(0)),
+                     affinity=nvml_cpu_affinity([int(g["index"]) for g in gpus]))
     except FleetError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     for p in plans:
         typer.echo(f"GPU {p.index} ({p.name}, {p.device_class}): worker {p.hostname} on "
-                   f"queues {', '.join(p.queues)}")
+                   f"queues {', '.join(p.queues)}, cores "
+                   f"{format_cores(p.cores) if p.cores else 'all'}")
     raise typer.Exit(supervise(plans, lambda p: worker_argv(p, loglevel), base_environment()))

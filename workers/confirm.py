@@ -39,6 +39,7 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
         resolve_python,
     )
     from workers.environments import in_use
+    from workers.exclusivity import guard_for_worker, unclean_reason, wait_until_idle
 
     ids = (pair.candidate_cell_id, pair.baseline_cell_id)
     with session_scope(settings) as session:
@@ -56,13 +57,26 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     spec = specs[0]
     assert spec is not None
     outcome = "failed"
+    # A pair on a GPU of a fleet is measured alone on it, like any cell (workers.exclusivity);
+    # a contaminated pair fails with the reason: its GPU then counts as not measured.
+    guard = guard_for_worker([spec])
     try:
         pythons = [resolve_python(e.pins, e.interpreter, settings) for e in envs]
+        if guard is not None:
+            busy = wait_until_idle(guard, settings.gpu_idle_wait_seconds)
+            if busy is not None:
+                raise Contaminated(f"before the re-measure: {busy}")
+            guard.start()
         with in_use(pythons):  # no eviction while they measure
             results = run_interleaved(
                 spec, pythons, timeout_s=float(settings.cell_timeout_seconds),
                 env=model_env(settings), after_each=lambda: heartbeat(ids, settings),
                 threshold=threshold)
+        for cell_id, result in zip(ids, results, strict=True):
+            why = unclean_reason(guard, cell_id, result) \
+                if result.status == "ok" and spec.device == "cuda" else None
+            if why is not None:
+                raise Contaminated(f"contaminated: {why}")
         for result, env, python in zip(results, envs, pythons, strict=True):
             annotate(result, env, python)
         with session_scope(settings) as session:
@@ -73,12 +87,21 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     except SoftTimeLimitExceeded:
         _fail_all(ids, "task time limit reached (environment build or benchmark too slow)",
                   settings)
+    except Contaminated as exc:
+        log.warning("confirmation cells %s: %s", ids, exc)
+        _fail_all(ids, str(exc), settings)
     except Exception as exc:  # a bad pair fails; the worker carries on with the next cell
         log.warning("confirmation cells %s failed: %s", ids, exc, exc_info=True)
         _fail_all(ids, failure_reason(exc), settings)
     finally:
+        if guard is not None:
+            guard.stop()
         _finish(envs, settings)
     return outcome
+
+
+class Contaminated(RuntimeError):
+    """The pair's GPU was not the pair's alone; the message says why."""
 
 
 def heartbeat(ids: tuple[int, ...], settings: Settings) -> None:

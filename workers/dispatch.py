@@ -71,7 +71,13 @@ def cell_groups(cells: Sequence[tuple[int, str]], size: int,
     for queue, ids in by_queue.items():
         workers = max(1, (consumers or {}).get(queue, 1))
         step = max(1, min(size, math.ceil(len(ids) / workers)))
-        groups += [ids[i:i + step] for i in range(0, len(ids), step)]
+        if workers == 1:
+            groups += [ids[i:i + step] for i in range(0, len(ids), step)]
+            continue
+        # over several workers, dealt round rather than cut in runs: a run's cells come
+        # batch size by batch size, and the worker given only the largest would finish last
+        count = math.ceil(len(ids) / step)
+        groups += [ids[k::count] for k in range(count)]
     return groups
 
 
@@ -98,11 +104,18 @@ def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
     """One message per group: a single cell as run_cell, several as run_cells, whose time
     limits are the per-cell limits times the cells it holds."""
     from celery.exceptions import QueueNotFound
+    from kombu import Queue
 
+    from app.services.workers import is_direct_queue
     from workers.celery_app import RUN_CELL_TASK, RUN_CELLS_TASK, celery_for, time_limits
 
     app = celery_for(settings)
     queue_of = dict(cells)
+
+    def route(queue: str) -> str | Queue:
+        # a worker's own queue is declared by that worker, not in the settings
+        return Queue(queue, routing_key=queue) if is_direct_queue(queue) else queue
+
     soft, hard = time_limits(settings)
     groups = cell_groups(cells, settings.interleave_cells, live_consumers(settings))
     unroutable: list[int] = []
@@ -112,9 +125,9 @@ def _send_celery(cells: Sequence[tuple[int, str]], settings: Settings) -> None:
             queue = queue_of[group[0]]
             try:
                 if len(group) == 1:
-                    app.send_task(RUN_CELL_TASK, args=[group[0]], queue=queue)
+                    app.send_task(RUN_CELL_TASK, args=[group[0]], queue=route(queue))
                 else:
-                    app.send_task(RUN_CELLS_TASK, args=[group], queue=queue,
+                    app.send_task(RUN_CELLS_TASK, args=[group], queue=route(queue),
                                   soft_time_limit=soft * len(group),
                                   time_limit=hard * len(group))
             except QueueNotFound:  # this group only: the others still go

@@ -16,13 +16,17 @@ the pid NVML lists is the one `Popen` returned; tests/workers/nvml/h100.json).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.result import BenchResult
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +79,10 @@ class DeviceGuard:
     """Watches one GPU (a physical NVML index) for processes outside this worker's tree.
 
     `read` returns a Sample (NVML in production; recorded answers in tests). `start` begins
-    sampling in a thread; `reasons()` says what was seen since, in a person's words.
+    sampling in a thread; `reasons()` says what was seen since, in a person's words, and
+    `account(since, until)` what was seen while one cell measured: a worker measures its
+    cells one after another, and a foreign process that came and went during one cell says
+    nothing about the next.
     """
 
     index: int
@@ -83,20 +90,27 @@ class DeviceGuard:
     mine: Callable[[], set[int]] = own_pids
     name_of: Callable[[int], str] = process_name
     interval_s: float = SAMPLE_INTERVAL_S
-    _foreign: dict[int, str] = field(default_factory=dict)
+    clock: Callable[[], float] = time.time
+    # pid -> (name, first seen, last seen), in `clock` seconds
+    _foreign: dict[int, tuple[str, float, float]] = field(default_factory=dict)
+    _looks: list[float] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def look(self) -> Sample:
-        """Sample once, remembering any foreign process (pid, name)."""
+        """Sample once, remembering any foreign process (pid, name, when)."""
         sample = self.read()
-        if sample.pids:
-            mine = self.mine()
-            with self._lock:
-                for pid in sample.pids:
-                    if pid not in mine and pid not in self._foreign:
-                        self._foreign[pid] = self.name_of(pid)
+        now = self.clock()
+        mine = self.mine() if sample.pids else set()
+        with self._lock:
+            self._looks.append(now)
+            for pid in sample.pids:
+                if pid in mine:
+                    continue
+                known = self._foreign.get(pid)
+                name = known[0] if known is not None else self.name_of(pid)
+                self._foreign[pid] = (name, known[1] if known is not None else now, now)
         return sample
 
     def busy_reason(self) -> str | None:
@@ -131,11 +145,43 @@ class DeviceGuard:
     def forget(self) -> None:
         with self._lock:
             self._foreign.clear()
+            self._looks.clear()
 
-    def reasons(self) -> list[str]:
+    def reasons(self, since: float | None = None, until: float | None = None) -> list[str]:
+        """The foreign processes seen (between `since` and `until`, when given; a sighting
+        counts one sampling interval either side, since the process was there between
+        looks too)."""
+        low = -math.inf if since is None else since - self.interval_s
+        high = math.inf if until is None else until + self.interval_s
         with self._lock:
             return [f"a foreign process used GPU {self.index} during the cell: pid {pid} "
-                    f"({name})" for pid, name in sorted(self._foreign.items())]
+                    f"({name})" for pid, (name, first, last) in sorted(self._foreign.items())
+                    if first <= high and last >= low]
+
+    def account(self, since: float | None = None, until: float | None = None
+                ) -> dict[str, Any]:
+        """What the guard saw while one cell measured, as its result's evidence keeps it:
+        the GPU, how many looks, and the foreign processes ([] when the cell was alone)."""
+        low = -math.inf if since is None else since
+        high = math.inf if until is None else until
+        with self._lock:
+            looks = sum(1 for t in self._looks if low <= t <= high)
+        return {"gpu_index": self.index, "samples": looks,
+                "interval_s": self.interval_s, "foreign": self.reasons(since, until)}
+
+
+def result_window(result: Any) -> tuple[float | None, float | None]:
+    """When a result's processes ran (its started_at and finished_at, ISO 8601), in epoch
+    seconds; None where it does not say."""
+    from datetime import datetime
+
+    def epoch(text: Any) -> float | None:
+        try:
+            return datetime.fromisoformat(str(text)).timestamp() if text else None
+        except ValueError:
+            return None
+
+    return epoch(getattr(result, "started_at", None)), epoch(getattr(result, "finished_at", None))
 
 
 def throttle_reason(fingerprint: dict[str, Any]) -> str | None:
@@ -206,3 +252,20 @@ def wait_until_idle(guard: DeviceGuard, timeout_s: float) -> str | None:
         guard.forget()
         reason = guard.busy_reason()
     return reason
+
+
+def unclean_reason(guard: DeviceGuard | None, cell_id: int, result: BenchResult) -> str | None:
+    """Why a GPU result is not clean (a foreign process while it measured, a throttled
+    GPU), or None; a clean result keeps what the guard saw in its evidence, so a fleet's
+    stored results show each cell alone on its device."""
+    if guard is not None:
+        since, until = result_window(result)
+        seen = guard.account(since, until)
+        if seen["foreign"]:
+            return str(seen["foreign"][0])
+        if isinstance(result.evidence, dict):
+            result.evidence["exclusivity"] = seen
+        log.info("GPU %s: cell %s measured alone on its device (%d looks in %.0f s, no "
+                 "foreign process)", guard.index, cell_id, seen["samples"],
+                 (until or 0.0) - (since or 0.0))
+    return throttle_reason(result.fingerprint)

@@ -27,7 +27,7 @@ from workers.cell_env import (
     resolve_python,
     run_of,
 )
-from workers.exclusivity import guard_for_worker, throttle_reason, wait_until_idle
+from workers.exclusivity import guard_for_worker, unclean_reason, wait_until_idle
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -146,8 +146,7 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
         live.discard(c.cell_id)
         reason = None
         if result.status == "ok" and c.spec.device == "cuda":
-            seen = guard.reasons() if guard is not None else []
-            reason = seen[0] if seen else throttle_reason(result.fingerprint)
+            reason = unclean_reason(guard, c.cell_id, result)
         if reason is not None:
             outcomes[c.cell_id] = _measure_again(c, reason, settings)
         else:

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import func, or_, select, update
 
+from app.services.workers import is_direct_queue
+
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
@@ -240,7 +242,8 @@ def _give_up_reason(
             f"gave up after {cell.attempts} attempts: the last one made no progress for "
             f"{settings.reconcile_after_seconds} s (worker lost or stuck)"
         )
-    if cell.status == "queued" and cell.queue not in settings.queue_names():
+    if cell.status == "queued" and cell.queue not in settings.queue_names() \
+            and not is_direct_queue(cell.queue):  # a worker's own queue: it declares it
         # No send can ever succeed from here, and retrying it every sweep would only hide
         # the configuration change that removed the queue.
         return (f"queue {cell.queue!r} is not configured on this server any more "

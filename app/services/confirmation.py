@@ -25,6 +25,14 @@ confirmation instead (`request_confirmation`):
   re-measure that failed opens the alert marked unconfirmed, since a failed check must
   not hide a real regression.
 
+On a GPU fleet the pair is measured on `settings.confirm_gpus` GPUs of the class at once
+(`confirmation_targets`): each confirm run then holds one cell per GPU, the i-th candidate
+cell paired with the i-th baseline cell, each pair sent to one worker's own queue, the GPU
+that measured the suspect result first. The outcome counts the GPUs it reproduces on
+("reproduces on 2 of 2 H100s"): confirmed when it reproduces on at least as many GPUs as
+show no drop, since two GPUs of one class differ by a few tenths of a percent and a release
+that is slower is slower on each.
+
 The re-measured results are stored like any result (with `confirms_result_id` set), but
 they are never points of their series nor anyone's baseline.
 
@@ -35,9 +43,10 @@ they are unconfirmed (`why_unconfirmable`).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -105,6 +114,7 @@ def request_confirmation(
     spec = replace(spec, timing=replace(
         spec.timing, processes=processes,
         max_processes=max(spec.timing.max_processes, 2 * processes)))
+    targets = confirmation_targets(session, cell, row, settings)
     now = _now()
     made: list[Run] = []
     for side in SIDES:
@@ -128,17 +138,45 @@ def request_confirmation(
         # Stamped now: the candidate cell is sent right after the commit and the baseline
         # cell never on its own (the pair's task claims it), so neither looks "never
         # enqueued" to the reconciler. A failed send clears the stamp again.
-        confirm.cells = [Cell(spec=spec.to_dict(), spec_hash=spec_hash(spec), queue=cell.queue,
-                              series_key=cell.series_key, status="queued", attempts=0,
-                              enqueued_at=now)]
+        # one cell per GPU, the same spec: a run's cells are unique by spec hash, so the
+        # second GPU's and later ones hash the spec with their place
+        confirm.cells = [Cell(spec=spec.to_dict(),
+                              spec_hash=spec_hash(spec) if i == 0 else canonical_hash(
+                                  {"spec": spec_hash(spec), "gpu": i}),
+                              queue=queue, series_key=cell.series_key, status="queued",
+                              attempts=0, enqueued_at=now)
+                         for i, queue in enumerate(targets)]
         session.add(confirm)
         made.append(confirm)
     session.flush()
-    lead = made[0].cells[0]
-    if lead.status == "queued":
-        after_commit.send_after_commit(session, PENDING_CONFIRMATIONS, [(lead.id, lead.queue)],
-                                       send, settings)
+    leads = [(lead.id, lead.queue) for lead in made[0].cells if lead.status == "queued"]
+    if leads:
+        after_commit.send_after_commit(session, PENDING_CONFIRMATIONS, leads, send, settings)
     return made[0], made[1]
+
+
+def confirmation_targets(session: Session, cell: Cell, row: Result,
+                         settings: Settings) -> list[str]:
+    """The queues a confirmation's pairs go to: the cell's own queue (one pair), or on a
+    fleet the own queues of `settings.confirm_gpus` live workers of it, the worker on the
+    GPU that measured the suspect result first."""
+    from app.services.workers import is_direct_queue, list_workers
+
+    if settings.confirm_gpus < 2 or cell.spec.get("device") != "cuda":
+        return [cell.queue]
+    fp = row.fingerprint if isinstance(row.fingerprint, dict) else {}
+    candidates: list[tuple[bool, str, str]] = []
+    for worker in list_workers(session, settings):
+        own = [q for q in worker.queues if is_direct_queue(q)]
+        if worker.state != "alive" or worker.kind != "celery" or cell.queue not in \
+                worker.queues or not own:
+            continue
+        measured_it = worker.host == fp.get("hostname") and any(
+            g.get("index") == fp.get("gpu_index") for g in worker.gpus)
+        candidates.append((not measured_it, worker.name, own[0]))
+    if len(candidates) < 2:
+        return [cell.queue]
+    return [queue for _, _, queue in sorted(candidates)[:settings.confirm_gpus]]
 
 
 def confirmation_pending(session: Session, run_id: int) -> bool:
@@ -180,17 +218,25 @@ def confirmation_pair(session: Session, cell_id: int) -> ConfirmationPair | None
     if run is None or run.kind != "confirm" or run.confirms_cell_id is None:
         return None
     cells = _side_cells(session, run.confirms_cell_id)
-    if set(cells) != set(SIDES):
+    if set(cells) != set(SIDES) or len(cells["candidate"]) != len(cells["baseline"]):
         return None
-    return ConfirmationPair(cells["candidate"].id, cells["baseline"].id)
+    for candidate, baseline in zip(cells["candidate"], cells["baseline"], strict=True):
+        if cell_id in (candidate.id, baseline.id):
+            return ConfirmationPair(candidate.id, baseline.id)
+    return None
 
 
-def _side_cells(session: Session, confirms_cell_id: int) -> dict[Side, Cell]:
+def _side_cells(session: Session, confirms_cell_id: int) -> dict[Side, list[Cell]]:
+    """Each side's cells, in the order they were made: the i-th of each side is a pair."""
     rows = session.execute(
         select(Run, Cell).join(Cell, Cell.run_id == Run.id)
         .where(Run.confirms_cell_id == confirms_cell_id, Run.kind == "confirm")
+        .order_by(Cell.id)
     ).unique().all()
-    return {side_of(r): c for r, c in rows}
+    out: dict[Side, list[Cell]] = {}
+    for r, c in rows:
+        out.setdefault(side_of(r), []).append(c)
+    return out
 
 
 @dataclass(frozen=True)
@@ -211,23 +257,38 @@ class ConfirmationOutcome:
 def confirmation_outcome(
     session: Session, cell: Cell, threshold: float
 ) -> ConfirmationOutcome:
-    """The re-measured candidate speedup judged against the re-measured baseline one."""
+    """The re-measured candidate speedup judged against the re-measured baseline one, on
+    each GPU the pair was measured on; several GPUs are counted (`_count`)."""
     cells = _side_cells(session, cell.id)
-    results: dict[Side, Result] = {}
     for side in SIDES:
-        side_cell = cells.get(side)
-        if side_cell is None:
+        if not cells.get(side):
             return ConfirmationOutcome(None, f"the {side} re-measure is missing")
+    pairs = list(zip(cells["candidate"], cells["baseline"], strict=False))
+    outcomes = [_pair_outcome(session, cand, base, threshold) for cand, base in pairs]
+    if len(outcomes) == 1:
+        return outcomes[0][0]
+    return _count([o for o, _ in outcomes], [where for _, where in outcomes])
+
+
+def _pair_outcome(session: Session, cand_cell: Cell, base_cell: Cell, threshold: float
+                  ) -> tuple[ConfirmationOutcome, dict[str, Any]]:
+    """One pair's verdict, and where it was measured (the candidate result's fingerprint)."""
+    results: dict[Side, Result] = {}
+    where: dict[str, Any] = {}
+    for side, side_cell in (("candidate", cand_cell), ("baseline", base_cell)):
         row = session.scalar(select(Result).where(Result.cell_id == side_cell.id))
         if row is None or row.status != "ok":
             why = (row.reason if row is not None else None) or side_cell.error or "no result"
-            return ConfirmationOutcome(None, f"the {side} re-measure failed: {why[:300]}")
-        results[side] = row
+            return ConfirmationOutcome(None, f"the {side} re-measure failed: {why[:300]}"), where
+        results[side] = row  # type: ignore[index]
     cand, base = results["candidate"], results["baseline"]
+    fp = cand.fingerprint if isinstance(cand.fingerprint, dict) else {}
+    where = {"gpu_index": fp.get("gpu_index"), "hostname": fp.get("hostname"),
+             "gpu_name": fp.get("gpu"), "device_class": fp.get("device_class")}
     base_run = session.get(Run, base.run_id)
-    processes = _processes(cand) or BenchSpec.from_dict(cells["candidate"].spec).timing.processes
-    cand_doc = result_document(cand, cells["candidate"].series_key, cells["candidate"].spec)
-    base_doc = result_document(base, cells["baseline"].series_key, cells["baseline"].spec)
+    processes = _processes(cand) or BenchSpec.from_dict(cand_cell.spec).timing.processes
+    cand_doc = result_document(cand, cand_cell.series_key, cand_cell.spec)
+    base_doc = result_document(base, base_cell.series_key, base_cell.spec)
     try:
         verdict = judge_results(
             cand_doc, base_doc, threshold=threshold,
@@ -236,8 +297,45 @@ def confirmation_outcome(
                 f"re-measured alternately with it, {processes} processes each"),
         )
     except VerdictError as exc:
-        return ConfirmationOutcome(None, f"the re-measure cannot be judged: {exc}")
-    return ConfirmationOutcome(verdict.verdict, verdict.reasons[0])
+        return ConfirmationOutcome(None, f"the re-measure cannot be judged: {exc}"), where
+    return ConfirmationOutcome(verdict.verdict, verdict.reasons[0]), where
+
+
+def gpu_label(where: dict[str, Any]) -> str:
+    """'H100' from 'NVIDIA H100 80GB HBM3' (or the device class), for "2 of 2 H100s"."""
+    name = str(where.get("gpu_name") or "")
+    model = re.search(r"\b([A-Z]{1,3}\d{2,4}[A-Za-z]?)\b", name)
+    if model:
+        return model.group(1)
+    device_class = str(where.get("device_class") or "")
+    return device_class.split("-")[-1].upper() if device_class else "GPU"
+
+
+def _count(outcomes: list[ConfirmationOutcome], places: list[dict[str, Any]]
+           ) -> ConfirmationOutcome:
+    """Several GPUs' verdicts as one: a regression when it reproduces on at least as many
+    GPUs as show none (a split opens the alert, saying so: a release slower on one GPU of a
+    class is worth a look); no regression when more GPUs show none; inconclusive when none
+    decided; failed (None) when every pair failed."""
+    measured = len(outcomes)
+    reproduced = [o for o in outcomes if o.verdict == "regression"]
+    clean = [o for o in outcomes if o.verdict in ("pass", "improvement")]
+    labels = {gpu_label(w) for w in places if w}
+    label = labels.pop() if len(labels) == 1 else "GPU"
+    on = [f"GPU {w.get('gpu_index', '?')}" + (f" of {w['hostname']}" if w.get("hostname")
+                                               else "")
+          for o, w in zip(outcomes, places, strict=True) if o.verdict == "regression"]
+    head = f"reproduces on {len(reproduced)} of {measured} {label}s"
+    if on:
+        head += f" ({', '.join(on)})"
+    if reproduced and len(reproduced) >= len(clean):
+        return ConfirmationOutcome("regression", f"{head}: {reproduced[0].sentence}")
+    if clean:
+        return ConfirmationOutcome(clean[0].verdict, f"{head}: {clean[0].sentence}")
+    decided = [o for o in outcomes if o.verdict is not None]
+    if decided:
+        return ConfirmationOutcome("inconclusive", f"{head}: {decided[0].sentence}")
+    return ConfirmationOutcome(None, f"{head}: {outcomes[0].sentence}")
 
 
 def _processes(row: Result) -> int | None:

@@ -12,6 +12,7 @@ is listed as an in-process worker announcing this server's own settings.
 
 from __future__ import annotations
 
+import hashlib
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +28,18 @@ from app.errors import InvalidRequest
 from app.models import Cell, Worker
 
 WorkerState = Literal["alive", "lost", "stopped"]
+# Every Celery worker also consumes a queue of its own (`direct_queue` of its node name), so
+# a cell can be measured by one chosen worker: a confirmation on a named GPU of a fleet.
+DIRECT_QUEUE_PREFIX = "direct-"
+
+
+def direct_queue(worker_name: str) -> str:
+    """The queue only the worker of this node name consumes (short enough for Cell.queue)."""
+    return DIRECT_QUEUE_PREFIX + hashlib.sha256(worker_name.encode()).hexdigest()[:20]
+
+
+def is_direct_queue(queue: str) -> bool:
+    return queue.startswith(DIRECT_QUEUE_PREFIX)
 
 
 def _now() -> datetime:
@@ -183,7 +196,9 @@ def list_queues(session: Session, settings: Settings,
         if worker.state == "alive":
             for queue in worker.queues:
                 alive[queue] = alive.get(queue, 0) + 1
-    names = sorted(set(alive) | {q for q, _ in counts})
+    # a worker's own queue is a row only while a cell waits on it (a confirmation sent to
+    # that GPU): otherwise it is one more row per worker that says nothing
+    names = sorted({q for q in alive if not is_direct_queue(q)} | {q for q, _ in counts})
     return [QueueView(name, alive.get(name, 0), counts.get((name, "queued"), 0),
                       counts.get((name, "running"), 0)) for name in names]
 

@@ -24,7 +24,16 @@ from benchmarks.fingerprint import device_class_from_gpu_name
 from tests.workers.helpers import new_run, reload_run
 from workers.dispatch import cell_groups
 from workers.exclusivity import DeviceGuard, Sample, own_pids, pinned_index, throttle_reason
-from workers.fleet import FleetError, plan
+from workers.fleet import (
+    CORES_ENV,
+    FleetError,
+    apply_worker_cores,
+    cpu_shares,
+    format_cores,
+    parse_cores,
+    plan,
+    sibling_order,
+)
 
 RECORDED = json.loads((Path(__file__).parent / "nvml" / "h100.json").read_text())
 
@@ -76,6 +85,84 @@ def test_a_run_spreads_over_the_live_workers_of_its_queue() -> None:
     assert [len(g) for g in cell_groups(cells, 16, {"gpu-h100": 2})] == [8, 8]
     assert [len(g) for g in cell_groups(cells, 16, {})] == [16]
     assert [len(g) for g in cell_groups(cells, 4, {"gpu-h100": 2})] == [4, 4, 4, 4]
+
+
+def test_over_several_workers_a_runs_cells_are_dealt_round_so_none_gets_only_large_batches(
+) -> None:
+    # a run's cells come batch by batch: 1, 2, 4, ... 128 for constant, then for tensor
+    cells = [(i, "gpu") for i in range(16)]
+    groups = cell_groups(cells, 16, {"gpu": 4})
+    assert groups == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]
+    assert sorted(c for g in groups for c in g) == list(range(16))
+    # one worker: runs of at most `size`, in order (measured together, one after another)
+    assert cell_groups(cells[:5], 3, {"gpu": 1}) == [[0, 1, 2], [3, 4]]
+
+
+# ---- each worker's share of the host's cores ---------------------------------------------------
+
+def test_cores_are_split_evenly_among_the_selected_gpus_when_nvml_says_nothing() -> None:
+    shares = cpu_shares([0, 1, 2, 3], list(range(64)), order=sorted)
+    assert shares == {i: tuple(range(16 * i, 16 * i + 16)) for i in range(4)}
+    assert cpu_shares([0], list(range(64)), order=sorted) == {0: tuple(range(64))}
+    assert cpu_shares([0, 1, 2], list(range(8)), order=sorted) == {
+        0: (0, 1, 2), 1: (3, 4, 5), 2: (6, 7)}
+
+
+def test_each_gpu_keeps_to_the_cores_near_it_split_among_the_gpus_that_share_them() -> None:
+    near = {0: range(0, 32), 1: range(0, 32), 2: range(32, 64), 3: range(32, 64)}
+    shares = cpu_shares([0, 1, 2, 3], list(range(64)), near, order=sorted)
+    assert shares == {0: tuple(range(0, 16)), 1: tuple(range(16, 32)),
+                      2: tuple(range(32, 48)), 3: tuple(range(48, 64))}
+    # one GPU of the node selected: all the node's cores, none of the far node's
+    assert cpu_shares([2], list(range(64)), near, order=sorted) == {2: tuple(range(32, 64))}
+    # a worker confined to half the host: the near cores it may use
+    assert cpu_shares([0, 1], list(range(16)), near, order=sorted) == {
+        0: tuple(range(8)), 1: tuple(range(8, 16))}
+
+
+def test_overlapping_or_too_small_affinities_fall_back_to_an_even_split() -> None:
+    overlapping = {0: range(0, 40), 1: range(24, 64)}
+    assert cpu_shares([0, 1], list(range(64)), overlapping, order=sorted) == {
+        0: tuple(range(32)), 1: tuple(range(32, 64))}
+    assert cpu_shares([0, 1, 2], [0, 1], order=sorted) == {}  # fewer cores than GPUs
+
+
+def test_hyperthread_siblings_stay_in_one_share(tmp_path: Path) -> None:
+    for core in range(8):  # siblings numbered 4 apart: (0, 4), (1, 5), (2, 6), (3, 7)
+        topo = tmp_path / f"cpu{core}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "thread_siblings_list").write_text(f"{core % 4},{core % 4 + 4}\n")
+    ordered = sibling_order(list(range(8)), tmp_path)
+    assert ordered == [0, 4, 1, 5, 2, 6, 3, 7]
+    shares = cpu_shares([0, 1], list(range(8)), order=lambda c: sibling_order(c, tmp_path))
+    assert shares == {0: (0, 1, 4, 5), 1: (2, 3, 6, 7)}
+
+
+def test_a_plan_carries_each_workers_cores_to_its_environment() -> None:
+    plans = plan(_gpus(2), "all", {"cuda": "gpu"}, "h", allowed=list(range(32)))
+    env = plans[1].env({})
+    assert parse_cores(env[CORES_ENV]) == list(plans[1].cores) and len(plans[1].cores) == 16
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "16"
+    assert "SPEEDWATCH_WORKER_CORES" not in plan(_gpus(1), "0", {"cuda": "gpu"}, "h")[0].env({})
+
+
+def test_core_lists_read_and_write_as_taskset_does() -> None:
+    assert format_cores([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
+    assert parse_cores("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+    with pytest.raises(ValueError, match="'a-b' is not a core or a range of cores"):
+        parse_cores("0,a-b")
+
+
+def test_a_worker_keeps_to_its_cores_and_refuses_cores_it_may_not_use() -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    try:
+        assert apply_worker_cores({CORES_ENV: str(allowed[-1])}) == [allowed[-1]]
+        assert sorted(os.sched_getaffinity(0)) == [allowed[-1]]
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert apply_worker_cores({}) == []
+    with pytest.raises(FleetError, match="none of these cores is allowed here"):
+        apply_worker_cores({CORES_ENV: "100000"})
 
 
 # ---- the supervisor, with real processes ------------------------------------------------------
@@ -157,6 +244,20 @@ def test_the_guard_samples_while_a_cell_runs() -> None:
     time.sleep(0.3)
     guard.stop()
     assert guard.reasons() == ["a foreign process used GPU 0 during the cell: pid 4242 (train)"]
+
+
+def test_a_foreign_process_taints_the_cell_it_overlapped_and_not_the_next_one() -> None:
+    now = [100.0]
+    samples = iter([Sample((7,), 90), Sample((7,), 90), Sample((), 0), Sample((), 0)])
+    guard = DeviceGuard(1, lambda: next(samples), mine=lambda: {1}, name_of=lambda _: "train",
+                        clock=lambda: now[0])
+    for t in (100.0, 101.0, 120.0, 121.0):  # seen at 100 and 101, gone by 120
+        now[0] = t
+        guard.look()
+    first = guard.account(99.0, 110.0)
+    assert first["foreign"] == ["a foreign process used GPU 1 during the cell: pid 7 (train)"]
+    second = guard.account(115.0, 125.0)
+    assert second == {"gpu_index": 1, "samples": 2, "interval_s": 0.5, "foreign": []}
 
 
 def test_own_pids_are_this_process_and_its_descendants() -> None:
