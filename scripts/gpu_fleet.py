@@ -480,25 +480,28 @@ def report(summary: dict[str, Any]) -> str:
                          if ex else "-")
                 lines.append(f"| `{c['series_key']}` | {_cell(c)} | {_cell(b)} | {change} | "
                              f"{agree} | {alone} |")
+    for name, p in phases.items():
+        if "broke" in p:
+            lines += ["", f"**{name} broke:** {p['broke']}"]
     if "foreign" in phases:
         f = phases["foreign"]
         lines += ["", "## foreign load", "", f"load: {json.dumps(f.get('load'))}", "",
                   "| series | status | attempts | GPU | speedup | note |",
                   "| --- | --- | ---: | --- | --- | --- |"]
-        for c in f["cells"]:
+        for c in f.get("cells", []):
             lines.append(f"| `{c['series_key']}` | {c['status']} | {c['attempts']} | "
                          f"{c['gpu_index']} | {_cell(c)} | {c.get('error') or ''} |")
     if "regression" in phases:
         r = phases["regression"]
         lines += ["", "## regression confirmed on the fleet", "",
-                  f"submit exits (v1, v2): {r['exit']}", ""]
-        for item in r["regressions"]:
+                  f"submit exits (v1, v2): {r.get('exit')}", ""]
+        for item in r.get("regressions", []):
             lines.append(f"- regression {item.get('id')} ({item.get('status')}): "
                          + " / ".join(item.get("reasons") or []))
-        for c in r["confirm_cells"]:
+        for c in r.get("confirm_cells", []):
             lines.append(f"- confirm run {c['run']} ({c['revision']}): {c['status']} on GPU "
                          f"{c['gpu_index']}, queue {c['queue']}, speedup {c['speedup']}")
-        for body in r["webhooks"]:
+        for body in r.get("webhooks", []):
             reg = (body or {}).get("regression") or {}
             lines.append(f"- webhook {(body or {}).get('event')}: "
                          + " / ".join(reg.get("reasons") or []))
