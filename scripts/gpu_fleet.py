@@ -267,34 +267,7 @@ class Fleet:
         return done
 
     def results(self, name: str) -> list[dict[str, Any]]:
-        """The phase's cells with their stored results (fingerprint, evidence, times)."""
-        path = self.out / f"{name}.json"
-        if not path.exists():
-            return []
-        run = json.loads(path.read_text())
-        rows = []
-        for cell in run.get("cells", []):
-            result = cell.get("result") or {}
-            full: dict[str, Any] = {}
-            if result.get("id"):
-                got = httpx.get(f"{self.base}/api/v1/results/{result['id']}", timeout=10)
-                full = got.json() if got.status_code == 200 else {}
-            doc = full.get("result") if isinstance(full.get("result"), dict) else full
-            fp = (doc or {}).get("fingerprint") or result.get("fingerprint") or {}
-            evidence = (doc or {}).get("evidence") or {}
-            rows.append({
-                "series_key": cell.get("series_key"), "status": cell.get("status"),
-                "error": cell.get("error"), "attempts": cell.get("attempts"),
-                "speedup": result.get("speedup"),
-                "ci": [result.get("ci_low"), result.get("ci_high")],
-                "gpu_index": fp.get("gpu_index"), "hostname": fp.get("hostname"),
-                "started_at": (doc or {}).get("started_at"),
-                "finished_at": (doc or {}).get("finished_at"),
-                "duration_s": (doc or {}).get("duration_seconds"),
-                "compile_s": (doc or {}).get("compile_seconds"),
-                "exclusivity": evidence.get("exclusivity"),
-            })
-        return rows
+        return stored_cells(self.out / "data" / "speedwatch.db", name)
 
     # ---- phases --------------------------------------------------------------------------
     def throughput(self, phase: str, n: int) -> None:
@@ -425,6 +398,37 @@ class Fleet:
         (self.out / "summary.md").write_text(report(self.summary) + "\n")
 
 
+def stored_cells(db_path: Path, revision: str) -> list[dict[str, Any]]:
+    """A phase's cells as the store holds them (the triggered run of that revision): each
+    cell's result with the GPU and host that measured it and what the guard saw."""
+    import sqlite3
+
+    if not db_path.exists():
+        return []
+    db = sqlite3.connect(db_path)
+    try:
+        rows = db.execute(
+            "SELECT c.series_key, c.status, c.error, c.attempts, r.speedup, r.ci_low, "
+            "r.ci_high, r.fingerprint, r.evidence, r.started_at, r.finished_at, "
+            "r.duration_seconds, r.compile_seconds FROM cells c JOIN runs ON runs.id = c.run_id "
+            "LEFT JOIN results r ON r.cell_id = c.id "
+            "WHERE runs.revision = ? AND runs.kind = 'triggered' ORDER BY c.id",
+            (revision,)).fetchall()
+    finally:
+        db.close()
+    cells = []
+    for key, status, error, attempts, speedup, low, high, fp, ev, began, ended, dur, comp in rows:
+        fingerprint = json.loads(fp) if fp else {}
+        evidence = json.loads(ev) if ev else {}
+        cells.append({"series_key": key, "status": status, "error": error,
+                      "attempts": attempts, "speedup": speedup, "ci": [low, high],
+                      "gpu_index": fingerprint.get("gpu_index"),
+                      "hostname": fingerprint.get("hostname"), "started_at": began,
+                      "finished_at": ended, "duration_s": dur, "compile_s": comp,
+                      "exclusivity": evidence.get("exclusivity")})
+    return cells
+
+
 def _redis_ping(port: int, redis: subprocess.Popen[bytes], out: Path) -> bool:
     if redis.poll() is not None:
         raise SystemExit("gpu_fleet: redis-server exited: "
@@ -469,6 +473,18 @@ def report(summary: dict[str, Any]) -> str:
             lines += ["", f"## {name} against one worker", "",
                       "| series | this phase [95% CI] (GPU) | one worker (GPU) | change | "
                       "agree | alone (looks) |", "| --- | --- | --- | ---: | --- | --- |"]
+            same: list[float] = []
+            other: list[float] = []
+            for c in p["cells"]:
+                b = by_key.get(c["series_key"], {})
+                if c["speedup"] and b.get("speedup"):
+                    change = abs(c["speedup"] / b["speedup"] - 1)
+                    (same if c["gpu_index"] == b.get("gpu_index") else other).append(change)
+            for label, changes in (("same GPU", same), ("other GPU", other)):
+                if changes:
+                    lines.insert(len(lines) - 2, f"{label}: {len(changes)} cells, |change| "
+                                 f"median {sorted(changes)[len(changes) // 2]:.2%}, largest "
+                                 f"{max(changes):.2%}; ")
             for c in sorted(p["cells"], key=lambda c: c["series_key"] or ""):
                 b = by_key.get(c["series_key"], {})
                 change, agree = "-", "-"
@@ -528,7 +544,18 @@ def main() -> None:
     parser.add_argument("--foreign-seconds", type=float, default=20.0)
     parser.add_argument("--cpu", type=int, default=0, help="rehearse on N CPU workers")
     parser.add_argument("--broker", default="")
+    parser.add_argument("--report", action="store_true",
+                        help="write OUT's summary again from its summary.json and store")
     args = parser.parse_args()
+    if args.report:
+        summary = json.loads((args.out / "summary.json").read_text())
+        for name, phase in summary["phases"].items():
+            if "cells" in phase:
+                phase["cells"] = stored_cells(args.out / "data" / "speedwatch.db", name)
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        (args.out / "summary.md").write_text(report(summary) + "\n")
+        print(report(summary))
+        return
     names = [p for p in args.phases.split(",") if p]
     words = {"one": 1, "two": 2, "three": 3, "four": 4, "eight": 8}
     widths = {}

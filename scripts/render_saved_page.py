@@ -2,7 +2,7 @@
 browser): the page exactly as that server answered, with this checkout's static files
 under /static, photographed in Debian's Chromium through Playwright.
 
-    .venv/bin/python scripts/render_saved_page.py PAGE.html OUT.png [--width 1400]
+    .venv/bin/python scripts/render_saved_page.py PAGE.html OUT.png [--width 1400] [--height N]
 
 Scripts are blocked (the saved page's data is in its HTML; its scripts would ask a server
 that is gone), so what shows is what the server rendered.
@@ -32,6 +32,8 @@ def main() -> None:
     parser.add_argument("page", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--width", type=int, default=1400)
+    parser.add_argument("--height", type=int, default=0,
+                        help="the top this many pixels only (default: the whole page)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         site = Path(tmp) / "site"
@@ -49,7 +51,11 @@ def main() -> None:
                 page.goto(f"http://127.0.0.1:{server.server_address[1]}/page.html")
                 page.wait_for_load_state("load")
                 args.out.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(args.out), full_page=True)
+                if args.height:
+                    page.screenshot(path=str(args.out), full_page=True, clip={
+                        "x": 0, "y": 0, "width": args.width, "height": args.height})
+                else:
+                    page.screenshot(path=str(args.out), full_page=True)
                 context.close()
         finally:
             server.shutdown()
