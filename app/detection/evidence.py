@@ -236,7 +236,24 @@ def _condition_changes(before: Document, after: Document) -> list[EvidenceChange
         _clock(ea) if isinstance(ea, Mapping) else None
     if kb and ka and kb != ka:
         out.append(EvidenceChange("timing clock", kb, ka))
+    db, da = _device(fb), _device(fa)
+    if db and da and db != da:
+        # on four H100s of one host the same cells differed by up to 0.3% between GPUs and
+        # by up to 0.1% on one GPU: a comparison across GPUs carries that much on its own
+        out.append(EvidenceChange("measured on", db, da,
+                                  "another GPU of the class: up to a few tenths of a "
+                                  "percent apart on their own; a regression is confirmed "
+                                  "on the GPU that measured it"))
     return out
+
+
+def _device(fingerprint: Mapping[str, Any]) -> str | None:
+    """'GPU 3 of host-a', where the fingerprint names the GPU's index."""
+    index = fingerprint.get("gpu_index")
+    if index is None:
+        return None
+    host = fingerprint.get("hostname")
+    return f"GPU {index}" + (f" of {host}" if host else "")
 
 
 BUILD_CHANGED = "build choices changed"

@@ -135,3 +135,16 @@ def test_kernels_per_inference_of_each_side_are_told_candidate_first() -> None:
     assert evidence_sentence(before, after) == (
         "candidate kernels per inference 105 -> 106 (+1); "
         "eager kernels per inference 342 -> 343 (+1)")
+
+
+def test_a_comparison_across_two_gpus_of_one_class_says_which_gpus() -> None:
+    """Two H100s of one host measured the same cells up to 0.3% apart: a comparison that
+    crosses GPUs says so, and one on the same GPU does not."""
+    before = measured(mode="graphs", threads=None, sm_clock=1980, throttled=False)
+    after = measured(mode="graphs", threads=None, sm_clock=1980, throttled=False)
+    before.fingerprint.update({"gpu_index": 0, "hostname": "host-a"})
+    after.fingerprint.update({"gpu_index": 3, "hostname": "host-a"})
+    assert "measured on GPU 0 of host-a -> GPU 3 of host-a (another GPU of the class" in \
+        evidence_sentence(before, after)
+    after.fingerprint["gpu_index"] = 0
+    assert "measured on" not in evidence_sentence(before, after)
