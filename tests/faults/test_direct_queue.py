@@ -1,25 +1,22 @@
 """Every worker consumes a queue of its own, so a cell can be measured by one chosen worker
 (a confirmation on a named GPU of a fleet, app.services.confirmation): two real Celery
 workers on one queue and a real broker; a cell sent to the second worker's own queue is
-measured there and nowhere else, and the reconciler does not take that queue for a
-misconfiguration.
+measured there and nowhere else (tests/workers/test_reconciler.py: the reconciler sends
+such a cell again instead of failing it as unconfigured).
 """
 
 from __future__ import annotations
-
-from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import session_scope
-from app.models import Cell
+from app.models import Cell, Run
 from app.services.workers import direct_queue, list_workers
 from tests.faults.infra import Processes, wait_for
 from tests.workers.helpers import new_run, reload_run
 from workers.dispatch import enqueue_cells
-from workers.reconciler import NEVER_ENQUEUED_GRACE_S, reconcile
 
 pytestmark = pytest.mark.slow
 
@@ -52,17 +49,7 @@ def test_a_cell_sent_to_one_workers_own_queue_is_measured_by_that_worker(
     done = wait_for(lambda: (r := reload_run(session, run_id)).status in ("done", "failed")
                     and r, 120, "the cell on the second worker", interval=0.5,
                     on_timeout=lambda: procs.log("second"))
+    assert isinstance(done, Run)
     assert [c.status for c in done.cells] == ["done"], done.cells[0].error
     assert "run_cell[" in procs.log("second") and "run_cell[" not in procs.log("first")
 
-    # a cell of a worker's own queue the broker never took is sent again by the sweep, not
-    # failed as "not configured on this server"
-    _, [waiting] = new_run(session, settings, revision="r2")
-    cell = session.get(Cell, waiting)
-    assert cell is not None
-    cell.queue, cell.enqueued_at = own, None
-    session.commit()
-    sent: list[tuple[int, str]] = []
-    later = datetime.now(timezone.utc) + timedelta(seconds=NEVER_ENQUEUED_GRACE_S + 1)
-    report = reconcile(now=later, settings=celery, enqueue=sent.extend)
-    assert report.failed == [] and (waiting, own) in sent

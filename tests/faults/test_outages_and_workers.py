@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.models import Cell, Result, Run
+from app.services.workers import direct_queue
 from tests.faults.infra import PrivateRedis, Processes, wait_for
 from tests.workers.helpers import tiny_request
 
@@ -111,7 +112,7 @@ def test_real_workers_announce_themselves_and_read_as_lost_or_stopped(
     wait_for(lambda: name in _workers(url), 10, "the worker to announce itself")
     worker = _workers(url)[name]
     assert (worker["state"], worker["queues"], worker["interpreters"]) == (
-        "alive", [queue], ["here"])
+        "alive", sorted([queue, direct_queue(name)]), ["here"])
     assert worker["host"] == os.uname().nodename and worker["pid"] > 0
     first_pid = worker["pid"]
 

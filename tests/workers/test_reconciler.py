@@ -22,7 +22,7 @@ from app.db import session_scope
 from app.models import Cell, WebhookDelivery
 from app.schemas import ResultIngest
 from app.services.results import ingest_result
-from app.services.workers import Announcement, heartbeat
+from app.services.workers import Announcement, direct_queue, heartbeat
 from tests.app.detection_docs import body, measured
 from tests.app.factories import bearer
 from tests.workers.helpers import new_run, reload_run
@@ -443,6 +443,20 @@ def test_a_cell_on_a_queue_this_server_no_longer_has_fails_with_that_reason(
     assert report.failed == [cell_id]
     assert (reload_run(session, run_id).cells[0].error or "").startswith(
         "queue 'gpu-retired' is not configured on this server any more")
+
+
+def test_a_cell_on_a_workers_own_queue_is_sent_again_not_failed_as_unconfigured(
+    session: Session, settings: Settings
+) -> None:
+    """A worker declares its own queue itself (a confirmation on a named GPU goes there):
+    it is no queue of the settings, and still routable."""
+    _, [cell_id] = new_run(session, settings)
+    own = direct_queue("speedwatch-gpu1-nvidia-h100@host-a")
+    _set(session, cell_id, queue=own)
+    sent = Sent()
+    report = reconcile(now=_later(settings, extra_s=NEVER_ENQUEUED_GRACE_S), settings=settings,
+                       enqueue=sent)
+    assert report.failed == [] and report.requeued == [cell_id]
 
 
 def test_an_unroutable_group_does_not_hold_up_the_others(
