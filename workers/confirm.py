@@ -61,12 +61,12 @@ def execute_confirmation(pair: ConfirmationPair, settings: Settings) -> str:
     # a contaminated pair fails with the reason: its GPU then counts as not measured.
     guard = guard_for_worker([spec])
     try:
-        pythons = [resolve_python(e.pins, e.interpreter, settings) for e in envs]
-        if guard is not None:
+        if guard is not None:  # before building environments for a GPU that is not free
             busy = wait_until_idle(guard, settings.gpu_idle_wait_seconds)
             if busy is not None:
                 raise Contaminated(f"before the re-measure: {busy}")
             guard.start()
+        pythons = [resolve_python(e.pins, e.interpreter, settings) for e in envs]
         with in_use(pythons):  # no eviction while they measure
             results = run_interleaved(
                 spec, pythons, timeout_s=float(settings.cell_timeout_seconds),

@@ -152,3 +152,35 @@ def test_with_one_live_gpu_worker_the_pair_goes_to_the_class_queue(
     cells = sides(session, run)
     assert [c.queue for c in cells["candidate"]] == [queue]
     assert len(cells["baseline"]) == 1
+
+
+def test_a_pair_whose_gpu_holds_a_foreign_process_fails_and_stores_nothing(
+    session: Session, local: Settings, sent: list[tuple[int, str]],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pair's worker guards its GPU like any cell's: a process outside its tree on the
+    device, still there after the idle wait, fails the pair with the reason (that GPU then
+    counts as not measured) before any environment is built."""
+    from workers import exclusivity
+    from workers.confirm import execute_confirmation
+
+    gpu_run(session, local, "v1", 2.0, OLD_ENV)
+    workers(session, session.scalars(select(Cell.queue)).one(), [0, 1])
+    run = gpu_run(session, local, "v2", 1.6, NEW_ENV)
+    cells = sides(session, run)
+    busy = exclusivity.DeviceGuard(0, lambda: exclusivity.Sample((4242,), 90),
+                                   mine=lambda: {1}, name_of=lambda _: "train")
+    monkeypatch.setattr(exclusivity, "guard_for_worker", lambda specs: busy)
+    pair = confirmation.confirmation_pair(session, cells["candidate"][0].id)
+    assert pair is not None
+    settings = local.model_copy(update={"gpu_idle_wait_seconds": 0.0})
+    assert execute_confirmation(pair, settings) == "failed"
+
+    session.expire_all()
+    for cell in (cells["candidate"][0], cells["baseline"][0]):
+        session.refresh(cell)
+        assert cell.status == "failed"
+        assert cell.error == ("before the re-measure: a foreign process used GPU 0 during "
+                              "the cell: pid 4242 (train)")
+    assert session.scalars(select(Cell).where(Cell.status == "done", Cell.id.in_(
+        [cells["candidate"][0].id, cells["baseline"][0].id]))).all() == []
