@@ -11,6 +11,7 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
 
@@ -167,6 +168,24 @@ def visible_gpus(state: bool = False) -> list[dict[str, Any]]:
             gpu.update(_gpu_state(nv, handle))
         gpus.append(gpu)
     return gpus
+
+
+def gpu_cpu_affinity(indices: Iterable[int]) -> dict[int, list[int]]:
+    """The cores NVML names as near each GPU (nvmlDeviceGetCpuAffinity), by physical
+    index; {} without NVML. `speedwatch worker --gpus` shares them out (workers.fleet)."""
+    nv = _nvml()
+    if nv is None:
+        return {}
+    words = max(1, -(-(os.cpu_count() or 64) // 64))
+    out: dict[int, list[int]] = {}
+    for index in indices:
+        try:
+            masks = nv.nvmlDeviceGetCpuAffinity(nv.nvmlDeviceGetHandleByIndex(index), words)
+        except Exception:
+            continue
+        out[index] = [w * 64 + bit for w, mask in enumerate(masks) for bit in range(64)
+                      if int(mask) >> bit & 1]
+    return out
 
 
 def _gpu_state(nv: Any, handle: Any) -> dict[str, Any]:

@@ -96,12 +96,11 @@ def beat(
 def _gpu_fleet(selection: str, gpu_queues: dict[str, str], loglevel: str, queues: str,
                concurrency: int) -> None:
     """`--gpus`: plan one pinned worker per GPU from NVML, then supervise them."""
-    from benchmarks.fingerprint import visible_gpus
+    from benchmarks.fingerprint import gpu_cpu_affinity, visible_gpus
     from workers.fleet import (
         FleetError,
         base_environment,
         format_cores,
-        nvml_cpu_affinity,
         plan,
         supervise,
         worker_argv,
@@ -115,7 +114,7 @@ def _gpu_fleet(selection: str, gpu_queues: dict[str, str], loglevel: str, queues
         gpus = visible_gpus()
         plans = plan(gpus, selection, gpu_queues, socket.gethostname(),
                      allowed=sorted(os.sched_getaffinity(0)),
-                     affinity=nvml_cpu_affinity([int(g["index"]) for g in gpus]))
+                     affinity=gpu_cpu_affinity([int(g["index"]) for g in gpus]))
     except FleetError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

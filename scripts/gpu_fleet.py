@@ -470,32 +470,29 @@ def report(summary: dict[str, Any]) -> str:
         for name, p in widths.items():
             if p is base:
                 continue
-            lines += ["", f"## {name} against one worker", "",
-                      "| series | this phase [95% CI] (GPU) | one worker (GPU) | change | "
-                      "agree | alone (looks) |", "| --- | --- | --- | ---: | --- | --- |"]
             same: list[float] = []
             other: list[float] = []
-            for c in p["cells"]:
-                b = by_key.get(c["series_key"], {})
-                if c["speedup"] and b.get("speedup"):
-                    change = abs(c["speedup"] / b["speedup"] - 1)
-                    (same if c["gpu_index"] == b.get("gpu_index") else other).append(change)
-            for label, changes in (("same GPU", same), ("other GPU", other)):
-                if changes:
-                    lines.insert(len(lines) - 2, f"{label}: {len(changes)} cells, |change| "
-                                 f"median {sorted(changes)[len(changes) // 2]:.2%}, largest "
-                                 f"{max(changes):.2%}; ")
+            rows = []
             for c in sorted(p["cells"], key=lambda c: c["series_key"] or ""):
                 b = by_key.get(c["series_key"], {})
                 change, agree = "-", "-"
                 if c["speedup"] and b.get("speedup"):
-                    change = f"{c['speedup'] / b['speedup'] - 1:+.2%}"
+                    ratio = c["speedup"] / b["speedup"] - 1
+                    (same if c["gpu_index"] == b.get("gpu_index") else other).append(abs(ratio))
+                    change = f"{ratio:+.2%}"
                     agree = str(not (c["ci"][1] < b["ci"][0] or b["ci"][1] < c["ci"][0]))
                 ex = c.get("exclusivity") or {}
                 alone = (f"{'yes' if not ex.get('foreign') else 'NO'} ({ex.get('samples')})"
                          if ex else "-")
-                lines.append(f"| `{c['series_key']}` | {_cell(c)} | {_cell(b)} | {change} | "
-                             f"{agree} | {alone} |")
+                rows.append(f"| `{c['series_key']}` | {_cell(c)} | {_cell(b)} | {change} | "
+                            f"{agree} | {alone} |")
+            lines += ["", f"## {name} against one worker", ""]
+            lines += [f"{label}: {len(changes)} cells, |change| median "
+                      f"{sorted(changes)[len(changes) // 2]:.2%}, largest {max(changes):.2%}; "
+                      for label, changes in (("same GPU", same), ("other GPU", other))
+                      if changes]
+            lines += ["| series | this phase [95% CI] (GPU) | one worker (GPU) | change | "
+                      "agree | alone (looks) |", "| --- | --- | --- | ---: | --- | --- |", *rows]
     for name, p in phases.items():
         if "broke" in p:
             lines += ["", f"**{name} broke:** {p['broke']}"]

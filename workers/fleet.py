@@ -143,27 +143,6 @@ def cpu_shares(indices: Sequence[int], allowed: Sequence[int],
     return shares
 
 
-def nvml_cpu_affinity(indices: Sequence[int]) -> dict[int, list[int]]:
-    """The cores NVML says are near each GPU (nvmlDeviceGetCpuAffinity); {} without NVML."""
-    try:
-        import pynvml  # provided by nvidia-ml-py
-
-        pynvml.nvmlInit()
-    except Exception:
-        return {}
-    words = max(1, -(-(os.cpu_count() or 64) // 64))
-    out: dict[int, list[int]] = {}
-    for index in indices:
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            masks = pynvml.nvmlDeviceGetCpuAffinity(handle, words)
-        except Exception:
-            continue
-        out[index] = [w * 64 + bit for w, mask in enumerate(masks) for bit in range(64)
-                      if int(mask) >> bit & 1]
-    return out
-
-
 def apply_worker_cores(environ: Mapping[str, str] | None = None) -> list[int]:
     """Keep this worker process (and everything it starts) to its share of cores, as
     `speedwatch worker --gpus` planned it; [] when it has none. Called before the worker

@@ -236,7 +236,7 @@ def _condition_changes(before: Document, after: Document) -> list[EvidenceChange
         _clock(ea) if isinstance(ea, Mapping) else None
     if kb and ka and kb != ka:
         out.append(EvidenceChange("timing clock", kb, ka))
-    db, da = _device(fb), _device(fa)
+    db, da = device_label(fb), device_label(fa)
     if db and da and db != da:
         # on four H100s of one host the same cells differed by up to 0.3% between GPUs and
         # by up to 0.1% on one GPU: a comparison across GPUs carries that much on its own
@@ -247,8 +247,8 @@ def _condition_changes(before: Document, after: Document) -> list[EvidenceChange
     return out
 
 
-def _device(fingerprint: Mapping[str, Any]) -> str | None:
-    """'GPU 3 of host-a', where the fingerprint names the GPU's index."""
+def device_label(fingerprint: Mapping[str, Any]) -> str | None:
+    """'GPU 3 of host-a', where the fingerprint names the GPU's index (None otherwise)."""
     index = fingerprint.get("gpu_index")
     if index is None:
         return None

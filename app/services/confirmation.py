@@ -43,7 +43,6 @@ they are unconfirmed (`why_unconfirmable`).
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -52,6 +51,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.config import Settings
+from app.detection.evidence import device_label
 from app.detection.policy import DetectionPolicy
 from app.detection.verdict import VerdictError, judge_results
 from app.models import RUN_TERMINAL, Cell, Result, Run
@@ -275,16 +275,17 @@ def _pair_outcome(session: Session, cand_cell: Cell, base_cell: Cell, threshold:
     """One pair's verdict, and where it was measured (the candidate result's fingerprint)."""
     results: dict[Side, Result] = {}
     where: dict[str, Any] = {}
-    for side, side_cell in (("candidate", cand_cell), ("baseline", base_cell)):
+    pair: tuple[tuple[Side, Cell], ...] = (("candidate", cand_cell), ("baseline", base_cell))
+    for side, side_cell in pair:
         row = session.scalar(select(Result).where(Result.cell_id == side_cell.id))
         if row is None or row.status != "ok":
             why = (row.reason if row is not None else None) or side_cell.error or "no result"
             return ConfirmationOutcome(None, f"the {side} re-measure failed: {why[:300]}"), where
-        results[side] = row  # type: ignore[index]
+        results[side] = row
     cand, base = results["candidate"], results["baseline"]
     fp = cand.fingerprint if isinstance(cand.fingerprint, dict) else {}
     where = {"gpu_index": fp.get("gpu_index"), "hostname": fp.get("hostname"),
-             "gpu_name": fp.get("gpu"), "device_class": fp.get("device_class")}
+             "device_class": fp.get("device_class")}
     base_run = session.get(Run, base.run_id)
     processes = _processes(cand) or BenchSpec.from_dict(cand_cell.spec).timing.processes
     cand_doc = result_document(cand, cand_cell.series_key, cand_cell.spec)
@@ -302,13 +303,9 @@ def _pair_outcome(session: Session, cand_cell: Cell, base_cell: Cell, threshold:
 
 
 def gpu_label(where: dict[str, Any]) -> str:
-    """'H100' from 'NVIDIA H100 80GB HBM3' (or the device class), for "2 of 2 H100s"."""
-    name = str(where.get("gpu_name") or "")
-    model = re.search(r"\b([A-Z]{1,3}\d{2,4}[A-Za-z]?)\b", name)
-    if model:
-        return model.group(1)
+    """'H100' from the device class 'nvidia-h100', for "2 of 2 H100s"."""
     device_class = str(where.get("device_class") or "")
-    return device_class.split("-")[-1].upper() if device_class else "GPU"
+    return device_class.split("-", 1)[-1].upper() if device_class else "GPU"
 
 
 def _count(outcomes: list[ConfirmationOutcome], places: list[dict[str, Any]]
@@ -322,8 +319,7 @@ def _count(outcomes: list[ConfirmationOutcome], places: list[dict[str, Any]]
     clean = [o for o in outcomes if o.verdict in ("pass", "improvement")]
     labels = {gpu_label(w) for w in places if w}
     label = labels.pop() if len(labels) == 1 else "GPU"
-    on = [f"GPU {w.get('gpu_index', '?')}" + (f" of {w['hostname']}" if w.get("hostname")
-                                               else "")
+    on = [device_label(w) or "GPU ?"
           for o, w in zip(outcomes, places, strict=True) if o.verdict == "regression"]
     head = f"reproduces on {len(reproduced)} of {measured} {label}s"
     if on:
