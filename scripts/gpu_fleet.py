@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import http.server
 import json
+import math
 import os
 import re
 import shutil
@@ -285,7 +286,8 @@ class Fleet:
         # confirmations inside the phase's wall time); the summary compares them instead
         done = self.submit(phase, f"fleet-{phase}", phase,
                            self.matrix(self.args.weights, self.args.batches),
-                           ["--processes", "1", "--max-processes", "1"])
+                           ["--processes", str(self.args.processes),
+                            "--max-processes", str(self.args.processes)])
         wall = time.monotonic() - began
         if snap is not None:
             snap.join(timeout=5)
@@ -472,6 +474,7 @@ def report(summary: dict[str, Any]) -> str:
                 continue
             same: list[float] = []
             other: list[float] = []
+            overlap = within = compared = 0
             rows = []
             for c in sorted(p["cells"], key=lambda c: c["series_key"] or ""):
                 b = by_key.get(c["series_key"], {})
@@ -480,7 +483,15 @@ def report(summary: dict[str, Any]) -> str:
                     ratio = c["speedup"] / b["speedup"] - 1
                     (same if c["gpu_index"] == b.get("gpu_index") else other).append(abs(ratio))
                     change = f"{ratio:+.2%}"
-                    agree = str(not (c["ci"][1] < b["ci"][0] or b["ci"][1] < c["ci"][0]))
+                    overlaps = not (c["ci"][1] < b["ci"][0] or b["ci"][1] < c["ci"][0])
+                    # the stricter reading: the difference's own 95% interval (the two
+                    # half-widths in quadrature, log scale) holds zero
+                    inside = abs(math.log(c["speedup"] / b["speedup"])) <= math.hypot(
+                        _half(c), _half(b))
+                    compared += 1
+                    overlap += overlaps
+                    within += inside
+                    agree = f"{'yes' if overlaps else 'no'} / {'yes' if inside else 'no'}"
                 ex = c.get("exclusivity") or {}
                 alone = (f"{'yes' if not ex.get('foreign') else 'NO'} ({ex.get('samples')})"
                          if ex else "-")
@@ -491,8 +502,11 @@ def report(summary: dict[str, Any]) -> str:
                       f"{sorted(changes)[len(changes) // 2]:.2%}, largest {max(changes):.2%}; "
                       for label, changes in (("same GPU", same), ("other GPU", other))
                       if changes]
+            lines += [f"agreement: intervals overlap for {overlap} of {compared} cells; the "
+                      f"difference's interval holds zero for {within} of {compared}", ""]
             lines += ["| series | this phase [95% CI] (GPU) | one worker (GPU) | change | "
-                      "agree | alone (looks) |", "| --- | --- | --- | ---: | --- | --- |", *rows]
+                      "overlap / difference | alone (looks) |",
+                      "| --- | --- | --- | ---: | --- | --- |", *rows]
     for name, p in phases.items():
         if "broke" in p:
             lines += ["", f"**{name} broke:** {p['broke']}"]
@@ -521,6 +535,11 @@ def report(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _half(c: dict[str, Any]) -> float:
+    """A result's 95% half-width on the log scale (the wider side)."""
+    return max(math.log(c["ci"][1] / c["speedup"]), math.log(c["speedup"] / c["ci"][0]))
+
+
 def _cell(c: dict[str, Any]) -> str:
     if not c or not c.get("speedup"):
         return f"- ({(c or {}).get('status')})"
@@ -539,6 +558,10 @@ def main() -> None:
                         "cores (two-gpus=32: a two-GPU host of 32 cores on a larger one)")
     parser.add_argument("--foreign-after", type=float, default=4.0)
     parser.add_argument("--foreign-seconds", type=float, default=20.0)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="processes per cell in the throughput phases (the GPU default "
+                        "is 3: each cell's interval then carries the process-to-process "
+                        "spread that one process cannot see)")
     parser.add_argument("--cpu", type=int, default=0, help="rehearse on N CPU workers")
     parser.add_argument("--broker", default="")
     parser.add_argument("--report", action="store_true",
@@ -557,7 +580,7 @@ def main() -> None:
     words = {"one": 1, "two": 2, "three": 3, "four": 4, "eight": 8}
     widths = {}
     for name in names:
-        match = re.fullmatch(r"(\w+)-gpus?", name)
+        match = re.fullmatch(r"(\w+)-gpus?(?:-\d+)?", name)  # two-gpus-2: a repeat
         if match:
             widths[name] = int(words.get(match.group(1), match.group(1)))
     args.widths = list(widths.values()) or [0]
