@@ -743,7 +743,8 @@ def _run_turns(
                 children[side] = child
                 sides.append(Side(side, child.proc.pid, to_child_w, from_child_r))
             deadline = started + 2 * timeout_s
-            monitor = host.LoadMonitor(pids=lambda: [c.proc.pid for c in children.values()])
+            monitor = host.LoadMonitor(pids=lambda: [c.proc.pid for c in children.values()],
+                                       cores=host.load_cores(one.device))
             ended: str | None = None
             refereed = None
             with monitor:
@@ -1057,7 +1058,7 @@ def _run_one(
         if isinstance(child, BenchResult):
             return child
         proc = child.proc
-        monitor = host.LoadMonitor(pids=lambda: [proc.pid])
+        monitor = host.LoadMonitor(pids=lambda: [proc.pid], cores=host.load_cores(spec.device))
         with monitor:
             child.wait(timeout_s)
         result = child.finish(started, timeout_s)

@@ -429,11 +429,15 @@ def host_load_note(result: BenchResult) -> str | None:
     remeasured = load.get("remeasured") or []
     again = f", {len(remeasured)} re-measured" if remeasured else ""
     cores = f" of {load['cores']}" if load.get("cores") else ""
+    spec = result.spec if isinstance(result.spec, Mapping) else {}
+    why = ("a busy CPU can delay the work a GPU side launches from it"
+           if spec.get("device") == "cuda" else
+           "a co-tenant sharing caches and memory bandwidth can bias a CPU speedup by "
+           "several percent")
     return (f"host busy: other processes kept {float(load.get('other_cores') or 0):.1f}"
             f"{cores} cores busy while timing ({load.get('units_loaded')} of "
             f"{load.get('units')} units past the {float(load.get('threshold') or 0):g}-core "
-            f"guard{again}); a co-tenant sharing caches and memory bandwidth can bias a CPU "
-            "speedup by several percent")
+            f"guard{again}); {why}")
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -132,6 +133,51 @@ def test_a_busy_co_tenant_shows_and_our_own_busy_process_does_not(
     assert seen is not None and mine is not None
     assert seen.other_cores > 0.7
     assert 0.6 < seen.other_cores - mine.other_cores < 1.2
+
+
+def test_busy_seconds_are_read_for_the_cores_asked_or_the_whole_host(tmp_path: Path) -> None:
+    """/proc/stat's first line is the host; cpuN lines are its cores (idle and iowait are
+    the 4th and 5th values, guest already inside user)."""
+    ticks = host._TICKS
+    (tmp_path / "stat").write_text(
+        f"cpu  {6 * ticks} 0 {3 * ticks} {90 * ticks} {ticks} 0 0 0 0 0\n"
+        f"cpu0 {5 * ticks} 0 {2 * ticks} {40 * ticks} 0 0 0 0 0 0\n"
+        f"cpu1 {ticks} 0 {ticks} {50 * ticks} {ticks} 0 0 0 0 0\n"
+        "intr 12345\n")
+    assert host.busy_seconds(proc=tmp_path) == pytest.approx(9.0)
+    assert host.busy_seconds([0], proc=tmp_path) == pytest.approx(7.0)
+    assert host.busy_seconds([1], proc=tmp_path) == pytest.approx(2.0)
+    assert host.busy_seconds([0, 1], proc=tmp_path) == pytest.approx(9.0)
+    assert host.busy_seconds([7], proc=tmp_path) is None  # a core the host does not have
+
+
+def test_a_gpu_cell_counts_its_workers_cores_and_a_cpu_cell_the_whole_host() -> None:
+    assert host.load_cores("cpu") is None
+    assert host.load_cores("cuda") == host.allowed_cores()
+
+
+@pytest.mark.skipif(len(host.allowed_cores()) < 2, reason="needs two cores")
+def test_a_busy_process_on_another_core_is_not_load_on_ours() -> None:
+    """A fleet worker's share: a co-tenant pinned to the last core shows in a monitor of
+    that core, and the two cores' monitors add up to the host's (real /proc readings;
+    another test worker may add load anywhere, which the sum still holds)."""
+    first, last = host.allowed_cores()[0], host.allowed_cores()[-1]
+    proc = subprocess.Popen(["taskset", "-c", str(last), sys.executable, "-c", BUSY])
+    try:
+        time.sleep(0.3)
+        mine = host.LoadMonitor(pids=lambda: [], cores=[first])
+        theirs = host.LoadMonitor(pids=lambda: [], cores=[last])
+        whole = host.LoadMonitor(pids=lambda: [], cores=[first, last])
+        with mine, theirs, whole:
+            time.sleep(1.5)
+    finally:
+        proc.kill()
+        proc.wait()
+    a, b, both = mine.load(), theirs.load(), whole.load()
+    assert a is not None and b is not None and both is not None
+    assert (a.cores, b.cores, both.cores) == (1, 1, 2)
+    assert b.other_cores > 0.7  # the pinned busy loop fills its core
+    assert a.other_cores + b.other_cores == pytest.approx(both.other_cores, abs=0.25)
 
 
 # ---- the guard --------------------------------------------------------------------------------

@@ -47,6 +47,14 @@ def test_a_result_timed_beside_busy_co_tenants_says_so_in_its_verdict() -> None:
     assert measurement_notes(measured(1.6, 0.01, fingerprint=quiet)) == []
 
 
+def test_a_gpu_result_timed_beside_a_busy_cpu_names_what_a_gpu_side_loses() -> None:
+    gpu = measured(2.7, 0.001, fingerprint={"host_load": {**LOADED["host_load"], "cores": 16}})
+    gpu.spec = {**gpu.spec, "device": "cuda"}
+    (note,) = measurement_notes(gpu)
+    assert "1.9 of 16 cores" in note
+    assert note.endswith("a busy CPU can delay the work a GPU side launches from it")
+
+
 def _why(new: BenchResult, base: BenchResult) -> str:
     verdict = judge_cell(new, baseline_of(base))
     assert verdict.verdict == "inconclusive", verdict.reasons
