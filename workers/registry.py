@@ -29,16 +29,21 @@ log = logging.getLogger(__name__)
 def announcement(name: str, queues: Iterable[str], settings: Settings,
                  concurrency: int = 1) -> Announcement:
     """This process's account of itself: what it consumes, where, with what."""
-    from app.services.workers import Announcement
+    from app.services.workers import Announcement, is_direct_queue
     from benchmarks.fingerprint import visible_gpus
 
     try:
         version = metadata.version("speedwatch")
     except metadata.PackageNotFoundError:
         version = ""
+    queues = sorted(set(queues))
+    # a worker of webhooks and maintenance alone never measures: the host's GPUs are not
+    # its to show (the workers page listed them under it beside the GPU workers' own)
+    service = {settings.webhook_queue, settings.maintenance_queue}
+    measures = any(q not in service and not is_direct_queue(q) for q in queues)
     return Announcement(
-        name=name, host=socket.gethostname(), pid=os.getpid(), queues=sorted(set(queues)),
-        interpreters=sorted(settings.interpreters), gpus=visible_gpus(),
+        name=name, host=socket.gethostname(), pid=os.getpid(), queues=queues,
+        interpreters=sorted(settings.interpreters), gpus=visible_gpus() if measures else [],
         concurrency=concurrency, version=version,
     )
 

@@ -312,3 +312,21 @@ def test_a_contaminated_cell_is_measured_again_then_fails_with_the_reason(
     assert run.cells[0].status == "failed"
     assert run.cells[0].error == (
         f"contaminated on all {settings.max_cell_attempts} attempts, the last: {reason}")
+
+
+# ---- what a worker announces -------------------------------------------------------------------
+
+def test_a_worker_of_webhooks_and_maintenance_alone_lists_no_gpus(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Only a worker that measures shows the host's GPUs on the workers page; the webhook
+    worker of a GPU host listed both H100s beside the GPU workers' own."""
+    from benchmarks import fingerprint
+    from workers.registry import announcement
+
+    monkeypatch.setattr(fingerprint, "visible_gpus", lambda state=False: _gpus(2))
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/a.db")
+    hooks = announcement("hooks@h", [settings.webhook_queue, settings.maintenance_queue,
+                                     "direct-0123456789abcdef0123"], settings)
+    gpu = announcement("speedwatch-gpu0@h", ["gpu", "direct-0123456789abcdef0123"], settings)
+    assert hooks.gpus == []
+    assert [g["index"] for g in gpu.gpus] == [0, 1]
