@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.profile import MAX_ENTRIES, OTHER, document, kernel_family
-from benchmarks.profile_diff import ProfileDiffError, diff
+from benchmarks.profile_diff import ProfileDiffError, diff, largest_contributor
 from benchmarks.runner import run_spec
 from benchmarks.spec import BenchSpec
 
@@ -77,3 +77,25 @@ def test_profiles_of_different_kinds_cannot_be_diffed() -> None:
     ort = document("onnxruntime", "nodes", 1, [("k", "k", 1, 1)])
     with pytest.raises(ProfileDiffError, match="different kinds"):
         diff(gpu, ort)
+
+
+def test_a_new_kernel_larger_than_the_net_change_is_said_so_not_as_a_share_past_100() -> None:
+    """The regression that stopped freezing weights: a new batch-norm kernel added 347.5 us
+    while the kernels it replaced gave back 207.5 us."""
+    base = document("torch.profiler", "kernels", 1, [
+        ("triton_poi_fused_add_relu_3", "triton_poi_fused_add_relu", 1, 207.5),
+        ("sm90_gemm", "sm90_gemm", 1, 1000)])
+    head = document("torch.profiler", "kernels", 1, [
+        ("triton_poi_fused__native_batch_norm_legit_no_training_add_relu_9",
+         "triton_poi_fused__native_batch_norm_legit_no_training_add_relu", 1, 347.5),
+        ("sm90_gemm", "sm90_gemm", 1, 1000)])
+    clause = largest_contributor(diff(base, head))
+    assert clause is not None
+    assert "+347.5 us per inference, more than the net +140.0 us: other rows -207.5 us" \
+        in clause
+    assert "%" not in clause
+    smaller = document("torch.profiler", "kernels", 1, [
+        ("triton_poi_fused_add_relu_3", "triton_poi_fused_add_relu", 1, 300.0),
+        ("sm90_gemm", "sm90_gemm", 1, 1000)])
+    clause = largest_contributor(diff(base, smaller))
+    assert clause is not None and "100% of the change" in clause
