@@ -64,8 +64,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -482,11 +483,39 @@ def index_versions(package: str, *, pre: bool = False,
                             f"{_tail(redacted(chr(10).join(errors) or proc.stderr), 300)}")
 
 
+# How long the service keeps pip's answer for one package. Each POST /api/v1/sweeps read
+# the index by starting pip (0.4 s here): 549 generated sweep requests took 97 s of the
+# API fuzz test, and a client sending many kept the API's threads in pip. A release
+# published within this long after a sweep's request may be missed by the next one.
+INDEX_CACHE_SECONDS = 60.0
+_PIP_CONFIG_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX",
+                   "PIP_CONFIG_FILE")
+
+
 class PipPackageIndex:
-    """app.ports.PackageIndex: pip's configured index, read by `index_versions`."""
+    """app.ports.PackageIndex: pip's configured index, read by `index_versions`, each
+    answer kept for `ttl_s` per package and pip configuration (a failure is not kept)."""
+
+    def __init__(self, ttl_s: float = INDEX_CACHE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._answers: dict[tuple[Any, ...], tuple[float, list[str]]] = {}
 
     def versions(self, package: str, *, pre: bool, settings: Settings) -> list[str]:
-        return index_versions(package, pre=pre)
+        key = (package, pre, *(os.environ.get(name) for name in _PIP_CONFIG_ENV))
+        with self._lock:
+            kept = self._answers.get(key)
+            if kept is not None and self._clock() - kept[0] < self._ttl_s:
+                return list(kept[1])
+        found = index_versions(package, pre=pre)
+        with self._lock:
+            self._answers[key] = (self._clock(), found)
+            if len(self._answers) > 256:  # the oldest answers go first
+                for stale in sorted(self._answers, key=lambda k: self._answers[k][0])[:128]:
+                    del self._answers[stale]
+        return list(found)
 
 
 def _site_packages(python: Path) -> Path:

@@ -229,3 +229,28 @@ def test_pips_error_as_a_cell_shows_it_hides_index_credentials_and_the_index_lis
     assert "(from versions: 3 on the index)" in shown and "1.17.1" not in shown
     assert "onnxruntime==9.9" in shown  # what the user asked for stays
     assert "(from versions: none)" in redacted("x (from versions: none)")
+
+
+def test_the_package_index_is_read_once_a_minute_per_package_and_pip_configuration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real pip reading a directory of real wheels: a second sweep request within the
+    minute is answered from the first's reading (a release added meanwhile is not yet
+    seen), a minute later pip is asked again, and another pip configuration is its own."""
+    from app.config import Settings
+    from tests.workers.wheels import use_only, write_releases
+
+    write_releases(tmp_path / "a", "swcached", ["1.0", "1.1"], {})
+    use_only(monkeypatch, tmp_path / "a")
+    now = [0.0]
+    index = environments.PipPackageIndex(ttl_s=60.0, clock=lambda: now[0])
+    settings = Settings(database_url="sqlite://")
+    assert sorted(index.versions("swcached", pre=False, settings=settings)) == ["1.0", "1.1"]
+    write_releases(tmp_path / "a", "swcached", ["1.2"], {})
+    now[0] = 59.0
+    assert sorted(index.versions("swcached", pre=False, settings=settings)) == ["1.0", "1.1"]
+    now[0] = 61.0
+    assert sorted(index.versions("swcached", pre=False, settings=settings)) == [
+        "1.0", "1.1", "1.2"]
+    write_releases(tmp_path / "b", "swcached", ["2.0"], {})
+    use_only(monkeypatch, tmp_path / "b")
+    assert index.versions("swcached", pre=False, settings=settings) == ["2.0"]
