@@ -287,7 +287,9 @@ class Fleet:
         done = self.submit(phase, f"fleet-{phase}", phase,
                            self.matrix(self.args.weights, self.args.batches),
                            ["--processes", str(self.args.processes),
-                            "--max-processes", str(self.args.processes)])
+                            "--max-processes", str(self.args.processes),
+                            *(["--compile-cache", self.args.compile_cache]
+                              if self.args.compile_cache else [])])
         wall = time.monotonic() - began
         if snap is not None:
             snap.join(timeout=5)
@@ -562,6 +564,10 @@ def main() -> None:
                         help="processes per cell in the throughput phases (the GPU default "
                         "is 3: each cell's interval then carries the process-to-process "
                         "spread that one process cannot see)")
+    parser.add_argument("--compile-cache", default="", choices=["", "process", "host"],
+                        help="host: a cell's later processes reuse its first compile (with "
+                        "pinned builds the same kernels; a three-process cell then costs "
+                        "about one compile instead of three)")
     parser.add_argument("--cpu", type=int, default=0, help="rehearse on N CPU workers")
     parser.add_argument("--broker", default="")
     parser.add_argument("--report", action="store_true",
