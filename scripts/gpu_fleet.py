@@ -565,9 +565,8 @@ def main() -> None:
                         "is 3: each cell's interval then carries the process-to-process "
                         "spread that one process cannot see)")
     parser.add_argument("--compile-cache", default="", choices=["", "process", "host"],
-                        help="host: a cell's later processes reuse its first compile (with "
-                        "pinned builds the same kernels; a three-process cell then costs "
-                        "about one compile instead of three)")
+                        help="the cells' timing.compile_cache (benchmarks.spec: 'host' "
+                        "shares the worker's compile cache between a cell's processes)")
     parser.add_argument("--cpu", type=int, default=0, help="rehearse on N CPU workers")
     parser.add_argument("--broker", default="")
     parser.add_argument("--report", action="store_true",
