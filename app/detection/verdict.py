@@ -378,6 +378,9 @@ def judge_cell(
         cause = undecided_cause(result, baseline, threshold)
         if cause:
             reasons.append(cause)
+        uneven = uneven_processes_note(result)
+        if uneven:
+            reasons.append(uneven)
     ratio = speed.ratio if speed else None
     suspect = speed.suspect if speed else False
     if accuracy or (speed and speed.verdict == "regression"):
@@ -446,6 +449,46 @@ def _mapping(value: object) -> Mapping[str, Any]:
 
 def _relative(log_half: float) -> str:
     return f"+-{math.expm1(log_half):.1%}"
+
+
+# A process whose side ran this far from the processes' median (and past 4 robust standard
+# deviations of them) is named in an undecided verdict. On this project's 2-core machine a
+# demo re-run stayed undecided because in 1-3 of 6-11 processes eager ran 10-30% slow for
+# the whole process while the candidate held still; one such process of eleven took an
+# interval from about +-1% to +-4%.
+UNEVEN_PROCESS_SHARE = 0.05
+
+
+def uneven_processes_note(result: BenchResult) -> str | None:
+    """The processes whose own level of one side moved, in words (None if none did or too
+    few processes ran to tell): what widened an interval that stayed undecided."""
+    evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
+    units = [u for u in evidence.get("processes") or [] if isinstance(u, Mapping)]
+    if len(units) < 4:
+        return None
+    spec = result.spec if isinstance(result.spec, Mapping) else {}
+    found: list[tuple[float, str]] = []
+    for key, side in (("baseline_median_ms", "eager"),
+                      ("candidate_median_ms", str(spec.get("backend") or "the candidate"))):
+        levels = [u.get(key) for u in units]
+        if not all(isinstance(v, (int, float)) and v > 0 for v in levels):
+            continue
+        values = np.asarray(levels, dtype=float)
+        median = float(np.median(values))
+        spread = 1.4826 * float(np.median(np.abs(values - median)))
+        for j, value in enumerate(values):
+            off = value / median - 1
+            if abs(off) > UNEVEN_PROCESS_SHARE and abs(value - median) > 4 * spread:
+                found.append((abs(off), f"{side} {abs(off):.0%} {'slow' if off > 0 else 'fast'}"
+                                        f" in process {j + 1} ({value:.1f} ms a call against "
+                                        f"a median of {median:.1f})"))
+    if not found:
+        return None
+    found.sort(key=lambda item: -item[0])
+    named = "; ".join(text for _, text in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return (f"uneven processes: {named}{more}, of {len(units)} processes; a process whose own "
+            "level moved widens the interval: a quieter runner decides it")
 
 
 def undecided_cause(result: BenchResult, baseline: Baseline | None,

@@ -155,3 +155,40 @@ def test_a_threshold_below_one_percent_is_named_as_set() -> None:
                          threshold=0.005)
     assert verdict.verdict == "regression"
     assert "slower by more than 0.5%" in verdict.reasons[0]
+
+
+# eager's and ONNX Runtime's median ms a call in each of 11 processes of one demo cell on
+# this project's 2-core machine (2026-11-26): process 2's eager ran slow throughout
+DEMO_EAGER = [102.415, 123.17, 102.872, 101.159, 100.866, 101.33, 104.141, 103.587, 101.439,
+              105.285, 103.278]
+DEMO_ORT = [75.104, 75.037, 74.978, 74.658, 74.976, 74.749, 74.943, 75.295, 75.069, 74.883,
+            74.832]
+
+
+def _units(eager: list[float], ort: list[float]) -> list[dict[str, float]]:
+    return [{"baseline_median_ms": b, "candidate_median_ms": c} for b, c in zip(eager, ort,
+                                                                               strict=True)]
+
+
+def test_an_undecided_verdict_names_the_process_whose_eager_ran_slow_throughout() -> None:
+    new = measured(1.37, 0.04, evidence={
+        "adaptive": {"stopped_by": "budget", "processes": 11},
+        "processes": _units(DEMO_EAGER, DEMO_ORT)})
+    new.spec = {**new.spec, "backend": "onnxruntime"}
+    verdict = judge_cell(new, baseline_of(measured(1.39, 0.035)))
+    assert verdict.verdict == "inconclusive"
+    (line,) = [r for r in verdict.reasons if r.startswith("uneven processes: ")]
+    assert line.startswith("uneven processes: eager 20% slow in process 2 (123.2 ms a call "
+                           "against a median of 102.9), of 11 processes;")
+
+
+def test_even_processes_or_too_few_to_tell_add_no_such_line() -> None:
+    even = measured(1.37, 0.04, evidence={"adaptive": {"stopped_by": "budget", "processes": 11},
+                                          "processes": _units(DEMO_EAGER[:1] + DEMO_EAGER[2:],
+                                                              DEMO_ORT[:10])})
+    three = measured(1.37, 0.04, evidence={"adaptive": {"stopped_by": "budget", "processes": 3},
+                                           "processes": _units(DEMO_EAGER[:3], DEMO_ORT[:3])})
+    for new in (even, three):
+        verdict = judge_cell(new, baseline_of(measured(1.39, 0.035)))
+        assert verdict.verdict == "inconclusive"
+        assert not [r for r in verdict.reasons if r.startswith("uneven processes")]
