@@ -166,7 +166,7 @@ class LoadMonitor:
     # the cores whose busy time counts (`load_cores`); None: the whole host
     cores: Collection[int] | None = None
     interval_s: float = SAMPLE_INTERVAL_S
-    read_busy: Callable[[], float | None] | None = None
+    read_busy: Callable[[], float | None] | None = None  # None: busy_seconds(cores)
     read_process: Callable[[int], float | None] = process_cpu_seconds
     clock: Callable[[], float] = time.monotonic
     samples: list[Sample] = field(default_factory=list)
@@ -174,14 +174,8 @@ class LoadMonitor:
     _thread: threading.Thread | None = None
     _last: dict[int, float] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if self.read_busy is None:
-            cores = None if self.cores is None else tuple(self.cores)
-            self.read_busy = lambda: busy_seconds(cores)
-
     def sample(self) -> None:
-        assert self.read_busy is not None
-        busy = self.read_busy()
+        busy = self.read_busy() if self.read_busy is not None else busy_seconds(self.cores)
         if busy is None:
             return
         mine = 0.0

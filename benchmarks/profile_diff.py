@@ -111,16 +111,14 @@ def largest_contributor(d: dict[str, Any]) -> str | None:
     if not rows:
         return None
     top = rows[0]
-    share = ""
-    if top.get("share") is not None and top["share"] <= 1:
-        share = f", {top['share']:.0%} of the change"
-    elif top.get("share") is not None:
-        # more than the whole: other rows moved back ("249% of the change" read as an error)
-        share = (f", more than the net {change:+.1f} us: other rows "
-                 f"{change - top['delta_us']:+.1f} us")
+    share = top.get("share")
+    # more than the whole: other rows moved back ("249% of the change" read as an error)
+    clause = ("" if share is None else f", {share:.0%} of the change" if share <= 1 else
+              f", more than the net {change:+.1f} us: other rows "
+              f"{change - top['delta_us']:+.1f} us")
     what = {"appeared": "new", "vanished": "gone", "slower": "slower",
             "faster": "faster"}[top["change"]]
-    return (f"{top['name']} {what} ({top['delta_us']:+.1f} us per inference{share}; "
+    return (f"{top['name']} {what} ({top['delta_us']:+.1f} us per inference{clause}; "
             f"profile {d['base_total_us']:.0f} -> {d['head_total_us']:.0f} us)")
 
 

@@ -51,6 +51,11 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.result import Speedup  # noqa: E402
+from benchmarks.stats import log_half_width  # noqa: E402
+
 INDUCTOR_SWITCH = 'freezing = spec.weights == "constant"'
 ORT_SWITCH = 'if spec.weights == "tensor":'
 
@@ -489,7 +494,8 @@ def report(summary: dict[str, Any]) -> str:
                     # the stricter reading: the difference's own 95% interval (the two
                     # half-widths in quadrature, log scale) holds zero
                     inside = abs(math.log(c["speedup"] / b["speedup"])) <= math.hypot(
-                        _half(c), _half(b))
+                        log_half_width(Speedup(c["speedup"], *c["ci"])),
+                        log_half_width(Speedup(b["speedup"], *b["ci"])))
                     compared += 1
                     overlap += overlaps
                     within += inside
@@ -535,11 +541,6 @@ def report(summary: dict[str, Any]) -> str:
             lines.append(f"- webhook {(body or {}).get('event')}: "
                          + " / ".join(reg.get("reasons") or []))
     return "\n".join(lines)
-
-
-def _half(c: dict[str, Any]) -> float:
-    """A result's 95% half-width on the log scale (the wider side)."""
-    return max(math.log(c["ci"][1] / c["speedup"]), math.log(c["speedup"] / c["ci"][0]))
 
 
 def _cell(c: dict[str, Any]) -> str:

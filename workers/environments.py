@@ -511,10 +511,11 @@ class PipPackageIndex:
                 return list(kept[1])
         found = index_versions(package, pre=pre)
         with self._lock:
-            self._answers[key] = (self._clock(), found)
-            if len(self._answers) > 256:  # the oldest answers go first
-                for stale in sorted(self._answers, key=lambda k: self._answers[k][0])[:128]:
-                    del self._answers[stale]
+            now = self._clock()
+            # what expired goes: the keys are allowlisted packages, so this stays small
+            self._answers = {k: v for k, v in self._answers.items()
+                             if now - v[0] < self._ttl_s}
+            self._answers[key] = (now, found)
         return list(found)
 
 

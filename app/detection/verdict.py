@@ -432,9 +432,8 @@ def host_load_note(result: BenchResult) -> str | None:
     remeasured = load.get("remeasured") or []
     again = f", {len(remeasured)} re-measured" if remeasured else ""
     cores = f" of {load['cores']}" if load.get("cores") else ""
-    spec = result.spec if isinstance(result.spec, Mapping) else {}
     why = ("a busy CPU can delay the work a GPU side launches from it"
-           if spec.get("device") == "cuda" else
+           if _mapping(result.spec).get("device") == "cuda" else
            "a co-tenant sharing caches and memory bandwidth can bias a CPU speedup by "
            "several percent")
     return (f"host busy: other processes kept {float(load.get('other_cores') or 0):.1f}"
@@ -462,14 +461,14 @@ UNEVEN_PROCESS_SHARE = 0.05
 def uneven_processes_note(result: BenchResult) -> str | None:
     """The processes whose own level of one side moved, in words (None if none did or too
     few processes ran to tell): what widened an interval that stayed undecided."""
-    evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
-    units = [u for u in evidence.get("processes") or [] if isinstance(u, Mapping)]
+    units = [u for u in _mapping(result.evidence).get("processes") or []
+             if isinstance(u, Mapping)]
     if len(units) < 4:
         return None
-    spec = result.spec if isinstance(result.spec, Mapping) else {}
+    backend = _mapping(result.spec).get("backend")
     found: list[tuple[float, str]] = []
     for key, side in (("baseline_median_ms", "eager"),
-                      ("candidate_median_ms", str(spec.get("backend") or "the candidate"))):
+                      ("candidate_median_ms", str(backend or "the candidate"))):
         levels = [u.get(key) for u in units]
         if not all(isinstance(v, (int, float)) and v > 0 for v in levels):
             continue
