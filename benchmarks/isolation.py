@@ -51,7 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import build, fingerprint, host, stats
+from benchmarks import build, fingerprint, host, identity, stats
 from benchmarks.clocks import SIDE_WALL_ROUNDS, WALL_CLOCK
 from benchmarks.result import Accuracy, BenchResult, ResultError
 from benchmarks.spec import (
@@ -228,6 +228,12 @@ def run_adaptive(
     return measurement.result()
 
 
+BaselinePythonFor = Callable[["stats.Reference"], "str | None"]
+# Units of a cell are allocated rounds by Kalibera and Jones's rule (stats.optimal_rounds)
+# once this many have shown the cell's variance components; never fewer rounds than this.
+ALLOCATION_MIN_ROUNDS = 3
+
+
 class AdaptiveMeasurement:
     """`run_adaptive` one child process at a time, so that several cells can take turns.
 
@@ -235,19 +241,41 @@ class AdaptiveMeasurement:
     child is wanted; `result()` is what `run_adaptive` returns. Between steps nothing
     runs, so a caller may interleave the steps of many measurements
     (`run_adaptive_interleaved`).
+
+    What the first unit's software identity (benchmarks.identity) says against the
+    reference's decides how the cell goes on:
+
+    - the same software as the baseline: nothing can have changed but the host, so there is
+      nothing to decide; the cell measures its minimum units and stops ("same_software");
+    - another environment, on a CPU, with `baseline_python_for` able to name the baseline's
+      interpreter: both environments are measured in this session, their units in turns
+      (baseline 1, candidate 2, baseline 2, ...), until the ratio of the two speedups is
+      decided at the threshold or the budget is spent (`stats.compare_units`): the drift of
+      the host between runs minutes or days apart, and the stored baseline's own width,
+      leave the comparison ("interleaved"). On a GPU a build reproduces to 0.1% across
+      processes and hosts, so the stored baseline serves;
+    - otherwise the cell is decided against the stored reference, as before.
+
+    After `timing.processes` units the cell's own variance components (the units' levels,
+    the rounds' noise) and costs (a unit's start, a round) set the rounds of the units that
+    follow (`stats.optimal_rounds`): `evidence.allocation`.
     """
 
     def __init__(self, spec: BenchSpec, *, reference_for: ReferenceFor, timeout_s: float,
                  python: str = sys.executable, env: dict[str, str] | None = None,
-                 cwd: str | None = None) -> None:
+                 cwd: str | None = None,
+                 baseline_python_for: BaselinePythonFor | None = None) -> None:
         self.spec = spec
+        self._unit_spec = spec
         self._reference_for = reference_for
+        self._baseline_python_for = baseline_python_for
         self._timeout_s, self._python, self._env, self._cwd = timeout_s, python, env, cwd
         policy = spec.timing
         self._k_min = max(1, policy.processes)
         self._k_max = max(self._k_min, policy.max_processes)
         self._started = time.monotonic()
         self._results: list[BenchResult] = []
+        self._walls: list[float] = []
         self._reference: stats.Reference | None = None
         self._reference_error: str | None = None
         self._merged: BenchResult | None = None
@@ -255,6 +283,13 @@ class AdaptiveMeasurement:
         self._stopped_by = "max_processes"
         self._final: BenchResult | None = None
         self._remeasured: list[dict[str, Any]] = []
+        self._mode = "adaptive"  # "same_software", "interleaved"
+        self._base_python: str | None = None
+        self._base_results: list[BenchResult] = []
+        self._comparison: stats.UnitsComparison | None = None
+        self._comparison_base: BenchResult | None = None
+        self._comparison_error: str | None = None
+        self._allocation: dict[str, Any] | None = None
         try:
             spec.validate()
         except SpecError as exc:
@@ -270,47 +305,39 @@ class AdaptiveMeasurement:
         return len(self._results)
 
     def step(self) -> None:
-        """Measure one more child process; afterwards `done` may be true."""
+        """Measure one more unit; afterwards `done` may be true."""
         if self._final is not None:
             return
-        spec, j = self.spec, len(self._results)
-        one = _run_unit(spec, j, timeout_s=self._timeout_s, python=self._python,
-                        env=self._env, cwd=self._cwd)
-        if one.status != "ok":
-            one.spec = spec.to_dict()
-            if j > 0:  # say that earlier processes were fine (the first one's reason is plain)
-                one.reason = f"process {j + 1} (after {j} ok): {one.reason or one.status}"
-            self._final = one
+        if self._mode == "interleaved" and len(self._base_results) < len(self._results):
+            self._step_baseline()
             return
-        if self._too_busy(one, j):
+        spec, j = self.spec, len(self._results)
+        began = time.monotonic()
+        one = _run_unit(self._unit_spec, j, timeout_s=self._timeout_s, python=self._python,
+                        env=self._env, cwd=self._cwd)
+        if not self._accept(one, j):
             return
         self._results.append(one)
+        self._walls.append(time.monotonic() - began)
         if j == 0:
-            try:
-                self._reference = self._reference_for(one)
-            except Exception as exc:  # a lookup problem must not cost the measurement
-                self._reference_error = f"{type(exc).__name__}: {exc}"[:300]
-            if self._reference is None:
-                self._k_max = self._k_min
+            self._look_up_reference(one)
         if len(self._results) < self._k_min:
             return
+        self._allocate()
+        if self._mode == "interleaved":
+            return  # decided after the baseline's unit of this turn
         try:
-            if len(self._results) > 1:
-                self._merged = merge_processes(spec, self._results,
-                                               started_monotonic=self._started)
-            else:  # one process: its own result, filed under the cell's spec
-                only = self._results[0]
-                fp = dict(only.fingerprint)
-                load = host_load_of([only], spec.timing.max_host_load)
-                if load is not None:
-                    fp["host_load"] = load
-                self._merged = replace(only, spec=spec.to_dict(), evidence=dict(only.evidence),
-                                       fingerprint=fp)
+            self._merged = self._merge(self._results)
         except (stats.StatsError, ResultError) as exc:
             self._final = _failed(spec, f"merging {len(self._results)} processes: {exc}", "",
                                   self._started)
             return
         policy = spec.timing
+        if self._mode == "same_software":
+            if len(self._results) >= self._k_min:
+                self._stopped_by = "same_software"
+                self._finish()
+            return
         if self._reference is not None and self._merged.speedup is not None:
             self._decision = stats.decide(self._merged.speedup, self._reference)
             if self._decision.decided and _precise_enough(self._decision,
@@ -324,6 +351,135 @@ class AdaptiveMeasurement:
             return
         if len(self._results) >= self._k_max:
             self._finish()
+
+    def _accept(self, one: BenchResult, j: int, side: str = "") -> bool:
+        """False when the unit ends the cell (a failure) or is to be measured again (the
+        load guard)."""
+        if one.status != "ok":
+            one.spec = self.spec.to_dict()
+            if j > 0 or side:  # say that earlier processes were fine
+                one.reason = (f"{side}process {j + 1} (after {j} ok): "
+                              f"{one.reason or one.status}")
+            self._final = one
+            return False
+        return not self._too_busy(one, j)
+
+    def _merge(self, results: list[BenchResult]) -> BenchResult:
+        spec = self.spec
+        if len(results) > 1:
+            return merge_processes(spec, results, started_monotonic=self._started)
+        only = results[0]  # one process: its own result, filed under the cell's spec
+        fp = dict(only.fingerprint)
+        load = host_load_of([only], spec.timing.max_host_load)
+        if load is not None:
+            fp["host_load"] = load
+        return replace(only, spec=spec.to_dict(), evidence=dict(only.evidence), fingerprint=fp)
+
+    def _look_up_reference(self, first: BenchResult) -> None:
+        """The reference to decide against, and what the first unit's software says of it."""
+        try:
+            self._reference = self._reference_for(first)
+        except Exception as exc:  # a lookup problem must not cost the measurement
+            self._reference_error = f"{type(exc).__name__}: {exc}"[:300]
+        reference = self._reference
+        if reference is None:
+            self._k_max = self._k_min
+            return
+        software = identity.of(first.fingerprint)
+        if software is None:
+            return
+        if reference.software is not None and software["digest"] == reference.software:
+            self._mode = "same_software"
+            return
+        if (self.spec.device != "cpu" or reference.speedup is None
+                or reference.environment in (None, software["environment"])
+                or self._baseline_python_for is None):
+            return
+        try:
+            python = self._baseline_python_for(reference)
+        except Exception as exc:  # the stored baseline still serves
+            self._comparison_error = f"{type(exc).__name__}: {exc}"[:300]
+            return
+        if python:
+            self._mode, self._base_python = "interleaved", python
+
+    def _step_baseline(self) -> None:
+        """The baseline environment's unit of this turn, then the pair's decision."""
+        j = len(self._base_results)
+        assert self._base_python is not None
+        one = _run_unit(self._unit_spec, j, timeout_s=self._timeout_s,
+                        python=self._base_python, env=self._env, cwd=self._cwd)
+        if not self._accept(one, j, side="baseline environment: "):
+            return
+        self._base_results.append(one)
+        if len(self._base_results) < self._k_min:
+            return
+        policy = self.spec.timing
+        try:
+            cand = self._merge(self._results)
+            base = self._merge(self._base_results)
+            if cand.speedup is None or base.speedup is None:
+                raise stats.StatsError("a side has no speedup")
+            self._comparison = stats.compare_units(
+                [r.speedup for r in self._results if r.speedup is not None],
+                [r.speedup for r in self._base_results if r.speedup is not None],
+                cand.speedup.value / base.speedup.value)
+        except (stats.StatsError, ResultError) as exc:
+            self._final = _failed(self.spec, f"comparing with the baseline's environment: "
+                                  f"{exc}", "", self._started)
+            return
+        self._merged = cand
+        threshold = self._reference.threshold if self._reference else 0.0
+        c = self._comparison
+        limit = 1 - threshold
+        outcome = "regression" if c.high < limit else "pass" if c.low >= limit else "undecided"
+        self._decision = stats.Decision(outcome, c.ratio, c.low, c.high, c.log_half)
+        self._comparison_base = base
+        if self._decision.decided:
+            self._stopped_by = "decided"
+            self._finish()
+            return
+        spent = _timing_seconds(self._results) + _timing_seconds(self._base_results)
+        if policy.budget_seconds > 0 and spent >= 2 * policy.budget_seconds:
+            self._stopped_by = "budget"
+            self._finish()
+            return
+        if len(self._base_results) >= self._k_max:
+            self._finish()
+
+    def _allocate(self) -> None:
+        """Rounds per unit from the cell's variance components, once, after its minimum
+        units (Kalibera and Jones): a unit's start is paid once, its rounds each time."""
+        if self._allocation is not None or self.spec.device != "cpu":
+            return
+        units = [r for r in self._results if r.speedup is not None]
+        if len(units) < 2:
+            return
+        rounds = [len(r.baseline_samples_ms) for r in units]
+        timing = [_timing_seconds([r]) for r in units]
+        round_seconds = sum(timing) / max(1, sum(rounds))
+        unit_seconds = max(0.0, sum(self._walls[:len(units)]) / len(units)
+                           - sum(timing) / len(units))
+        try:
+            speedups = [r.speedup for r in units if r.speedup is not None]
+            var_round = stats.round_variance(speedups, rounds)
+            logs = [math.log(s.value) for s in speedups]
+            within = float(sum(var_round / max(1, n) for n in rounds) / len(rounds))
+            var_unit = max(0.0, _sample_variance(logs) - within)
+        except stats.StatsError:
+            return
+        best = stats.optimal_rounds(unit_seconds, round_seconds, var_round, var_unit)
+        policy = self.spec.timing
+        chosen = policy.rounds if best is None else int(
+            min(policy.rounds, max(ALLOCATION_MIN_ROUNDS, math.ceil(best))))
+        self._allocation = {
+            "unit_seconds": round(unit_seconds, 3), "round_seconds": round(round_seconds, 4),
+            "unit_variance": var_unit, "round_variance": var_round,
+            "optimal_rounds": None if best is None else round(best, 2),
+            "rounds_per_unit": chosen, "after_units": len(units),
+        }
+        self._unit_spec = replace(self.spec, timing=replace(
+            policy, rounds=chosen, min_rounds=min(policy.min_rounds, chosen)))
 
     def _too_busy(self, one: BenchResult, j: int) -> bool:
         """The CPU load guard: drop a unit timed beside a co-tenant past the threshold and
@@ -351,14 +507,43 @@ class AdaptiveMeasurement:
             self._final = _failed(self.spec, f"{reason} (after {len(self._results)} "
                                   "processes)", "", self._started)
 
+    def _resolvable(self) -> dict[str, Any] | None:
+        """The smallest change this runner decides at the cell's budget: the half-width a
+        comparison of two such measurements reaches (one interleaved comparison: its
+        pairs), from the cell's own unit variance and timing per unit."""
+        budget = self.spec.timing.budget_seconds
+        units = [r for r in self._results if r.speedup is not None]
+        if budget <= 0 or len(units) < 2:
+            return None
+        per_unit = _timing_seconds(units) / len(units)
+        try:
+            if self._comparison is not None:
+                per_pair = per_unit + _timing_seconds(self._base_results) / max(
+                    1, len(self._base_results))
+                half = stats.resolvable_half_width(self._comparison.pair_variance, per_pair,
+                                                   2 * budget, sides=1)
+                spent = 2 * budget
+            else:
+                half = stats.resolvable_half_width(
+                    stats.unit_variance([r.speedup for r in units if r.speedup is not None]),
+                    per_unit, budget, sides=2)
+                spent = budget
+        except stats.StatsError:
+            return None
+        if half is None:
+            return None
+        return {"half_width": half, "budget_seconds": spent,
+                "unit_timing_seconds": round(per_unit, 3)}
+
     def _finish(self) -> None:
         merged, decision, reference = self._merged, self._decision, self._reference
         assert merged is not None
+        base_spent = _timing_seconds(self._base_results)
         merged.evidence["adaptive"] = {
             "outcome": decision.outcome if decision else None,
             "stopped_by": self._stopped_by if reference is not None else "fixed_processes",
             "processes": len(self._results),
-            "timing_seconds": _timing_seconds(self._results),
+            "timing_seconds": _timing_seconds(self._results) + base_spent,
             "reference_speedup": reference.speedup if reference else None,
             "reference_log_half": reference.log_half if reference else None,
             "threshold": reference.threshold if reference else None,
@@ -366,11 +551,45 @@ class AdaptiveMeasurement:
             "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
             "log_half_width": decision.log_half if decision else None,
             "target_half_width": self.spec.timing.target_half_width or None,
+            "mode": self._mode,
+            **({"resolvable": r} if (r := self._resolvable()) else {}),
             **({"reference_error": self._reference_error} if self._reference_error else {}),
+            **({"comparison_error": self._comparison_error}
+               if self._comparison_error else {}),
         }
+        if self._allocation is not None:
+            merged.evidence["allocation"] = self._allocation
+        if self._comparison is not None and reference is not None:
+            base = self._comparison_base
+            assert base is not None and base.speedup is not None
+            merged.evidence["comparison"] = {
+                "mode": "interleaved",
+                "baseline_result_id": reference.result_id,
+                "baseline_environment": reference.environment,
+                "baseline_speedup": base.speedup.value,
+                "baseline_ci": [base.speedup.ci_low, base.speedup.ci_high],
+                "baseline_processes": [
+                    {"speedup": r.speedup.value if r.speedup else None,
+                     "baseline_median_ms": r.baseline.median_ms if r.baseline else None,
+                     "candidate_median_ms": r.candidate.median_ms if r.candidate else None}
+                    for r in self._base_results],
+                "baseline_timing_seconds": base_spent,
+                "ratio": self._comparison.ratio,
+                "ratio_ci": [self._comparison.low, self._comparison.high],
+                "pairs": self._comparison.pairs,
+                "threshold": reference.threshold,
+            }
         if self._remeasured and isinstance(merged.fingerprint.get("host_load"), dict):
             merged.fingerprint["host_load"]["remeasured"] = self._remeasured
         self._final = merged
+
+
+def _sample_variance(values: list[float]) -> float:
+    n = len(values)
+    if n < 2:
+        raise stats.StatsError("a variance needs at least two values")
+    mean = sum(values) / n
+    return sum((v - mean) ** 2 for v in values) / (n - 1)
 
 
 def run_adaptive_interleaved(
@@ -600,6 +819,9 @@ def merge_processes(
     evidence["ci_method"] = speedup.method
     _merge_builds(evidence, per_process)
     fp = dict(first.fingerprint)
+    software = _merged_software(results, evidence.get("build_fingerprint"))
+    if software is not None:
+        fp["software"] = software
     if "nvml_end" in last.fingerprint:
         fp["nvml_end"] = last.fingerprint["nvml_end"]
     throttled = [r.fingerprint["throttled"] for r in results if "throttled" in r.fingerprint]
@@ -655,6 +877,23 @@ def _merge_builds(evidence: dict[str, Any], per_process: list[dict[str, Any]]) -
             middle = sorted(speedups)[len(speedups) // 2]
             build_record["spread"] = (max(speedups) - min(speedups)) / middle
     evidence["build"] = build_record
+
+
+def _merged_software(results: list[BenchResult], build_fp: Any) -> dict[str, Any] | None:
+    """The merged result's identity: the processes' environment with the merged build
+    fingerprint. Processes of one cell run one interpreter, so their environments agree;
+    one that does not (an environment changed under a running cell) refuses the merge."""
+    found = [identity.of(r.fingerprint) for r in results]
+    if any(s is None for s in found):
+        return None
+    environments = {str(s["environment"]) for s in found if s is not None}
+    if len(environments) > 1:
+        raise ResultError("the environment changed between the processes of one cell "
+                          f"({', '.join(sorted(environments))}): its samples are of "
+                          "different software")
+    first = found[0]
+    assert first is not None
+    return identity.with_build(first, build_fp if isinstance(build_fp, str) else None)
 
 
 def host_load_of(results: list[BenchResult], threshold: float) -> dict[str, Any] | None:
@@ -812,6 +1051,10 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
     otherwise the unit fails rather than compare a replayed side with a launched one.
     """
     _same_model([baseline, candidate])
+    sides_software = [identity.of(r.fingerprint) for r in (baseline, candidate)]
+    if all(sides_software) and len({str(s["environment"]) for s in sides_software
+                                    if s is not None}) > 1:
+        raise ResultError("the two sides ran in different environments")
     tb = baseline.evidence.get("timing") or {}
     tc = candidate.evidence.get("timing") or {}
     if tb.get("mode") != tc.get("mode"):

@@ -76,6 +76,7 @@ MAX_STDERR_TAIL = 16_384  # benchmarks.isolation keeps 4 KiB of a child's output
 MAX_SERIES_KEY = 300  # the store's column
 MAX_TIMESTAMP = 40  # ISO 8601; the store's column
 MAX_OPEN_KEYS = 256  # keys of evidence, fingerprint, spec options and other open maps
+MAX_DISTRIBUTIONS = 4_096  # installed distributions one environment's identity lists
 MAX_JSON_DEPTH = 8  # nesting of an open-ended value (a scalar is depth 0)
 MAX_JSON_ITEMS = 1_000  # elements of a list, or keys of a map, inside an open-ended value
 INT64 = 2**63 - 1  # integers a reader in any language (and PostgreSQL's bigint) can hold
@@ -205,6 +206,7 @@ BoundedJson = Annotated[Any, PlainValidator(_bounded_json), WithJsonSchema({
                    f"characters, finite numbers, 64-bit integers",
 })]
 NameMap = Annotated[dict[Name, Name], Field(max_length=MAX_OPEN_KEYS)]
+ShortDigest = Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{12}$")]
 
 
 def _version(value: int) -> int:
@@ -428,12 +430,27 @@ class ProcessEvidence(Open):
     sides: SidesEvidence | None = None
 
 
+class Resolvable(Open):
+    """The smallest change the runner decides at the cell's budget (a comparison's
+    half-width), from the cell's own unit variance."""
+
+    half_width: NonNegative | None = None
+    budget_seconds: NonNegative | None = None
+    unit_timing_seconds: NonNegative | None = None
+
+
 class AdaptiveEvidence(Open):
     """How an adaptive measurement ended (benchmarks.isolation.AdaptiveMeasurement); the
     verdict's notes do arithmetic on these."""
 
     outcome: Literal["pass", "regression", "precise", "undecided"] | None = None
-    stopped_by: Literal["decided", "max_processes", "budget", "fixed_processes"] | None = None
+    stopped_by: Literal["decided", "max_processes", "budget", "fixed_processes",
+                        "same_software"] | None = None
+    # how the cell was compared: against the stored baseline ("adaptive"), not at all (the
+    # baseline's very software: "same_software"), or with the baseline's environment
+    # measured in the same session ("interleaved": evidence.comparison)
+    mode: Literal["adaptive", "same_software", "interleaved"] | None = None
+    resolvable: Resolvable | None = None
     processes: Annotated[int, Field(strict=True, ge=0, le=MAX_PROCESSES)] | None = None
     timing_seconds: NonNegative | None = None
     reference_speedup: Positive | None = None
@@ -506,6 +523,19 @@ class ModelRecord(Open):
     source: FilePath | None = None
 
 
+class SoftwareIdentity(Open):
+    """What code ran (benchmarks.identity): equal digests, the same software."""
+
+    digest: ShortDigest | None = None
+    environment: ShortDigest | None = None
+    interpreter: Line | None = None
+    harness: ShortDigest | None = None
+    variables: Annotated[dict[Name, Text], Field(max_length=MAX_OPEN_KEYS)] | None = None
+    model: Name | None = None
+    build: Name | None = None
+    distributions: Annotated[dict[Name, Name], Field(max_length=MAX_DISTRIBUTIONS)] | None = None
+
+
 class FingerprintDocument(Open):
     """What the result ran on. `packages` become the installed versions the service shows
     and compares, so they are names and version strings, nothing else."""
@@ -534,6 +564,7 @@ class FingerprintDocument(Open):
     throttled: StrictBool | None = None
     environment: EnvironmentRecord | None = None
     model: ModelRecord | None = None
+    software: SoftwareIdentity | None = None
 
 
 Round = Annotated[list[Positive], Field(min_length=1, max_length=MAX_ROUND_SAMPLES)]

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from benchmarks import build, fingerprint, host, model_ref, stats
+from benchmarks import build, fingerprint, host, identity, model_ref, stats
 from benchmarks.accuracy import compare, tolerance
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.clocks import CUDA_CLOCK, SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
@@ -497,6 +497,11 @@ def _measure(
         fp["backend_versions"] = dict(compiled.versions)
     if model_info:
         fp["model"] = dict(model_info)
+    # what code ran (benchmarks.identity): equal identities, the same software
+    fp["software"] = identity.software_identity(
+        identity.environment_identity(),
+        model=identity.model_identity(spec.model_fields(), model_info.get("digest")),
+        build=evidence.get("build_fingerprint"))
     reason = None
     if accuracy is not None and not accuracy.passed:
         reason = (f"accuracy: relative L2 error {accuracy.rel_l2:.3g} exceeds the "

@@ -331,6 +331,11 @@ class BenchSpec:
             options=measurement_options(self.options, self.opt_level_key, self.timing.builds),
         )
 
+    def model_fields(self) -> dict[str, Any]:
+        """The fields that build a built-in model (its part of benchmarks.identity)."""
+        return {"model": self.model, "width": self.width, "image_size": self.image_size,
+                "num_classes": self.num_classes, "seed": self.seed}
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         if data["opt_level"] == "default":

@@ -20,16 +20,17 @@ two independent processes often exclude each other. Measuring a cell in k proces
 treating the process as the top-level unit fixes that. The interval is a variance-components
 interval on the log scale:
 
-    var = between / k + within / k,   half-width = t(1 - alpha/2, k - 1) * sqrt(var)
+    var = max(between, within) / k,   half-width = t(1 - alpha/2, k - 1) * sqrt(var)
 
 - `between` is the sample variance (k - 1 degrees of freedom) of the per-process log
-  speedups. On its own, `between / k` already estimates the variance of the mean log speedup
-  (it contains within-process noise too), but with k = 3 it rests on two degrees of
-  freedom and is small by luck often enough; k processes that happen to agree must not
-  produce a CI narrower than the processes' own measurement noise allows.
+  speedups. It estimates the whole variance of one process's value, its own level and its
+  rounds' noise together, so `between / k` is the variance of the mean log speedup.
 - `within` is the mean over processes of each process's paired round-bootstrap variance of
-  the log speedup. Adding `within / k` is that floor; it is deliberately conservative (it
-  counts within-process noise twice in expectation, at most a factor sqrt(2) on the width).
+  the log speedup. It is a floor, not an addend: with k = 3 the between estimate rests on
+  two degrees of freedom and is small by luck often enough, and k processes that happen
+  to agree must not produce a CI narrower than their own rounds allow. (Adding it, as an
+  earlier rule did, counted the rounds' noise twice; in simulation the max rule keeps
+  coverage at or above 95% and is narrower: experiments/interval_coverage.py.)
 - Student t with k - 1 degrees of freedom, not the normal: with so few top-level units the
   uncertainty of the variance estimate itself matters (t is 4.30 for k = 3, 12.7 for k = 2,
   so k = 3 is the practical minimum).
@@ -44,6 +45,7 @@ For k = 1 the function returns exactly `speedup_ci` of that process.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -225,9 +227,7 @@ def combine_processes(
         np.median(_pooled([r for b, _ in per_process for r in b]))
         / np.median(_pooled([r for _, c in per_process for r in c]))
     )
-    between = float(np.var(logs, ddof=1))
-    t = float(_scipy_stats.t.ppf(1 - (1 - confidence) / 2, k - 1))
-    half = t * float(np.sqrt(between / k + float(np.mean(within)) / k))
+    half = units_half_width(logs, float(np.mean(within)), confidence)
     return Speedup(
         value=value,
         ci_low=float(value * np.exp(-half)),
@@ -235,6 +235,101 @@ def combine_processes(
         confidence=confidence,
         method=PROCESSES_METHOD,
     )
+
+
+def units_half_width(logs: Sequence[float], within: float, confidence: float = 0.95) -> float:
+    """The log half-width of the mean of k units' log speedups, each variance counted once.
+
+    A unit's log speedup varies by its process's own level AND by its rounds' noise, so the
+    sample variance of the k values (`between`) already estimates the whole variance of one
+    unit. Adding the rounds' variance (`within`, the units' mean bootstrap variance) on top,
+    as this rule once did, counted it twice. It stays only as a floor: k units that agree by
+    luck cannot claim more precision than their own rounds allow. So the variance of one
+    unit is max(between, within), with Student t on k - 1 degrees of freedom
+    (experiments/interval_coverage.py: coverage by simulation, and on A/A data)."""
+    k = len(logs)
+    if k < 2:
+        raise StatsError("a half-width over units needs at least two")
+    between = float(np.var(np.asarray(logs, dtype=np.float64), ddof=1))
+    t = float(_scipy_stats.t.ppf(1 - (1 - confidence) / 2, k - 1))
+    return t * float(np.sqrt(max(between, within) / k))
+
+
+def optimal_rounds(unit_seconds: float, round_seconds: float, round_variance: float,
+                   unit_variance: float) -> float | None:
+    """Rounds per unit that buy the most precision per second (Kalibera and Jones, "Rigorous
+    benchmarking in reasonable time", 2013): sqrt(c_unit / c_round * var_round / var_unit),
+    where c_unit is what a new unit costs before its first round (start, build, warm-up),
+    c_round one round, var_round the variance of one round's log ratio and var_unit that of a
+    unit's own level. None when the unit level does not vary (more rounds always pay)."""
+    if unit_variance <= 0 or round_seconds <= 0 or unit_seconds < 0 or round_variance < 0:
+        return None
+    return float(np.sqrt(unit_seconds / round_seconds * round_variance / unit_variance))
+
+
+def resolvable_half_width(unit_variance: float, unit_timing_seconds: float,
+                          budget_seconds: float, *, sides: int = 2,
+                          confidence: float = 0.95) -> float | None:
+    """The relative half-width a comparison reaches when each of its `sides` measurements
+    spends `budget_seconds` of timing on units of `unit_timing_seconds` whose log speedups
+    vary by `unit_variance` (the smallest change the runner can decide at that budget)."""
+    if unit_variance < 0 or unit_timing_seconds <= 0 or budget_seconds <= 0:
+        return None
+    n = max(2, int(budget_seconds // unit_timing_seconds))
+    t = float(_scipy_stats.t.ppf(1 - (1 - confidence) / 2, n - 1))
+    return float(np.expm1(t * np.sqrt(sides * unit_variance / n)))
+
+
+@dataclass(frozen=True)
+class UnitsComparison:
+    """Candidate-environment speedup over baseline-environment speedup, from units measured
+    in turns (unit j of each side ran back to back): ratio of the two pooled speedups, with
+    a t interval on the units' paired log differences (their variance, floored by their
+    rounds' own, counted once as in `units_half_width`)."""
+
+    ratio: float
+    low: float
+    high: float
+    log_half: float
+    pairs: int
+    pair_variance: float  # of one pair's log difference
+
+
+def compare_units(candidate: Sequence[Speedup], baseline: Sequence[Speedup],
+                  ratio: float, confidence: float = 0.95) -> UnitsComparison:
+    """`ratio` (the pooled speedups' ratio) with its interval from the paired units: unit j
+    of the candidate against unit j of the baseline; an unpaired last unit is left out of
+    the variance."""
+    n = min(len(candidate), len(baseline))
+    if n < 2:
+        raise StatsError("a comparison of units needs at least two of each side")
+    diffs = [math.log(c.value / b.value) for c, b in zip(candidate[:n], baseline[:n], strict=True)]
+    z = float(_scipy_stats.norm.ppf(1 - (1 - confidence) / 2))
+    within = float(np.mean([(log_half_width(c) / z) ** 2 + (log_half_width(b) / z) ** 2
+                            for c, b in zip(candidate[:n], baseline[:n], strict=True)]))
+    half = units_half_width(diffs, within, confidence)
+    variance = max(float(np.var(diffs, ddof=1)), within)
+    return UnitsComparison(ratio, ratio * math.exp(-half), ratio * math.exp(half), half, n,
+                           variance)
+
+
+def unit_variance(units: Sequence[Speedup], confidence: float = 0.95) -> float:
+    """The variance of one unit's log speedup, each variance counted once (floored by the
+    units' own rounds), for allocation and for what a budget can resolve."""
+    if len(units) < 2:
+        raise StatsError("a unit variance needs at least two units")
+    z = float(_scipy_stats.norm.ppf(1 - (1 - confidence) / 2))
+    within = float(np.mean([(log_half_width(u) / z) ** 2 for u in units]))
+    return max(float(np.var([math.log(u.value) for u in units], ddof=1)), within)
+
+
+def round_variance(units: Sequence[Speedup], rounds: Sequence[int],
+                   confidence: float = 0.95) -> float:
+    """The variance of one round's log speedup, from each unit's own interval (its
+    bootstrap variance times its rounds), averaged over the units."""
+    z = float(_scipy_stats.norm.ppf(1 - (1 - confidence) / 2))
+    return float(np.mean([(log_half_width(u) / z) ** 2 * max(1, r)
+                          for u, r in zip(units, rounds, strict=True)]))
 
 
 # ---- deciding a comparison (adaptive measurement and the verdict share this rule) ----------
@@ -259,6 +354,11 @@ class Reference:
     threshold: float
     speedup: float | None = None
     log_half: float = 0.0
+    # the baseline's software identity (benchmarks.identity): its digest, and its
+    # environment's, so a measurement can tell "nothing changed" before it times anything
+    software: str | None = None
+    environment: str | None = None
+    result_id: int | None = None
 
 
 @dataclass(frozen=True)

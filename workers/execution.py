@@ -127,7 +127,8 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
     measurements = [
         AdaptiveMeasurement(
             c.spec, python=c.python, timeout_s=float(settings.cell_timeout_seconds),
-            env=model_env(settings), reference_for=_reference_for(c.cell_id, settings))
+            env=model_env(settings), reference_for=_reference_for(c.cell_id, settings),
+            baseline_python_for=_baseline_python_for(settings))
         for c in claimed]
     live = {c.cell_id for c in claimed}
     # A worker pinned to one GPU measures alone on it, or does not store the figure.
@@ -250,6 +251,27 @@ def _reference(cell_id: int, series_key: str, settings: Settings) -> Any:
 
     with session_scope(settings) as session:
         return decision_reference(session, cell_id, series_key)
+
+
+def _baseline_python_for(settings: Settings) -> Callable[[Any], str | None]:
+    """A cell's `baseline_python_for`: the interpreter of the environment its baseline
+    result was measured in (a CPU cell whose software differs measures both environments
+    in turns: benchmarks.isolation.AdaptiveMeasurement)."""
+    return lambda reference: _baseline_python(reference.result_id, settings)
+
+
+def _baseline_python(result_id: int | None, settings: Settings) -> str | None:
+    from app.db import session_scope
+    from app.models import Result
+
+    if result_id is None:
+        return None
+    with session_scope(settings) as session:
+        row = session.get(Result, result_id)
+        if row is None:
+            return None
+        env = cell_environment(session, row.cell_id)
+    return resolve_python(env.pins, env.interpreter, settings)
 
 
 def _fail(cell_id: int, reason: str, settings: Settings) -> None:

@@ -29,6 +29,7 @@ from app.services.series import Bucket, Point
 WEIGHT_COLOURS = {"constant": "#1f77b4", "tensor": "#8e44ad", "refit": "#17becf"}
 FALLBACK_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
 REGRESSION_COLOUR = "#c0392b"
+HOST_DRIFT_COLOUR = "#7f8c8d"  # grey: the host moved, not the code
 IMPROVEMENT_COLOUR = "#27ae60"
 NEUTRAL_COLOUR = "#7f8c8d"
 # Above this many points a trace is drawn as a line without markers (SVG stays responsive).
@@ -162,9 +163,12 @@ def speedup_figure(
     *,
     change_points: Sequence[tuple[str, ChangePoint]] = (),
     markers: Sequence[Marker] = (),
+    drift: Sequence[Marker] = (),
 ) -> Chart:
     """Speedup per revision with its CI band; one line per weight representation; change
-    points as dashed lines; regressions as marked points (hover: revision, versions, date)."""
+    points as dashed lines; regressions as marked points (hover: revision, versions, date);
+    host drift (the same software as its baseline, moved beyond the threshold: the host's
+    doing) as grey rings, apart from regressions."""
     if not any(t.points for t in traces):
         return Chart(None, "no measured points yet: this series has no result with status ok")
     data: list[Figure] = []
@@ -206,6 +210,18 @@ def speedup_figure(
                        "line": {"width": 3, "color": REGRESSION_COLOUR}},
             "text": [plotly_text(f"regression ({m.status}), weights {label}: {m.text}")
                      for m, (label, _) in marked],
+            "hovertemplate": "%{text}<extra></extra>",
+        })
+    drifted = [(m, by_result[m.result_id]) for m in drift if m.result_id in by_result]
+    if drifted:
+        data.append({
+            "type": "scatter", "mode": "markers", "name": "host drift",
+            "x": [plotly_text(p.revision) for _, (_, p) in drifted],
+            "y": [p.speedup for _, (_, p) in drifted],
+            "marker": {"symbol": "circle-open", "size": 16, "color": HOST_DRIFT_COLOUR,
+                       "line": {"width": 2, "color": HOST_DRIFT_COLOUR}},
+            "text": [plotly_text(f"host drift, weights {label}: {m.text}")
+                     for m, (label, _) in drifted],
             "hovertemplate": "%{text}<extra></extra>",
         })
     shapes: list[Figure] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,

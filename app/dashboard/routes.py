@@ -360,7 +360,11 @@ def series_page(
         change_points.extend((c.first_after.revision, c.change) for c in found)
         change_rows.extend((member.weights, c) for c in found)
     markers = [figures.Marker(r.opened_by_result_id, r.status, r.evidence) for r in regressions]
-    speedup_chart = figures.speedup_figure(traces, change_points=change_points, markers=markers)
+    drifted = series_service.host_drift_results(
+        session, [p.result_id for t in traces for p in t.points])
+    drift = [figures.Marker(result_id, "host drift", text) for result_id, text in drifted.items()]
+    speedup_chart = figures.speedup_figure(traces, change_points=change_points, markers=markers,
+                                           drift=drift)
     latency_chart = figures.latency_figure(traces)
     own = traces[0].points
     return _page(

@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from benchmarks import identity
 from benchmarks.result import BenchResult, Speedup
 from benchmarks.stats import PROCESSES_METHOD, Reference, StatsError, log_half_width, ratio_interval
 
@@ -87,6 +88,9 @@ class CellVerdict:
     ratio: RatioEstimate | None = None
     suspect: bool = False
     """Point estimate beyond the threshold but the interval not wholly so: worth a re-measure."""
+    host_drift: bool = False
+    """Same software as the baseline, yet a change beyond the threshold: the host's drift,
+    an operations matter (the runner is named in the reasons), never the code's regression."""
 
     @property
     def ok(self) -> bool:
@@ -223,7 +227,7 @@ def _check_threshold(threshold: float) -> None:
 
 
 def _classify(est: RatioEstimate, threshold: float, confidence: float,
-              baseline_description: str) -> CellVerdict:
+              baseline_description: str, *, in_session: bool = False) -> CellVerdict:
     words = (
         f"speedup {est.baseline_speedup:.2f}x -> {est.new_speedup:.2f}x "
         f"({_pct(est.ratio - 1)}; {confidence:.0%} CI {_pct(est.ci_low - 1)} to "
@@ -231,12 +235,15 @@ def _classify(est: RatioEstimate, threshold: float, confidence: float,
     )
     limit = percent(threshold)
     if est.ci_high < 1 - threshold:
-        return CellVerdict("regression", (f"{words}: slower by more than {limit}",), est)
+        confirmed = (": confirmed by the two environments measured in turns"
+                     if in_session else "")
+        return CellVerdict("regression", (f"{words}: slower by more than {limit}{confirmed}",),
+                           est)
     if est.ci_low > 1 + threshold:
         return CellVerdict("improvement", (f"{words}: faster by more than {limit}",), est)
     if est.ci_low >= 1 - threshold:
         return CellVerdict("pass", (f"{words}: no change beyond {limit}",), est)
-    if est.ratio < 1 - threshold:
+    if est.ratio < 1 - threshold and not in_session:
         return CellVerdict("inconclusive", (
             f"{words}: suspect: the drop is not certain beyond {limit} (re-measure to "
             "confirm)",), est, suspect=True)
@@ -365,7 +372,7 @@ def judge_cell(
         reference: BenchResult | float = b if b is not None and b.speedup is not None \
             else baseline.speedup
         try:
-            speed = judge_results(
+            speed = in_session_verdict(result, baseline, threshold) or judge_results(
                 result, reference, threshold=threshold,
                 baseline_description=baseline.description, confidence=confidence,
                 resamples=resamples, seed=seed,
@@ -373,6 +380,12 @@ def judge_cell(
         except VerdictError as exc:
             return CellVerdict("error", (*reasons, f"cannot judge the samples: {exc}"))
         reasons.extend(speed.reasons)
+    same = same_software_note(result, baseline, speed)
+    if same is not None and not accuracy:
+        # Nothing that decides the code changed: the measured difference is the host's.
+        note, drift = same
+        return CellVerdict("pass", (*reasons, note, *measurement_notes(result)),
+                           speed.ratio if speed else None, False, host_drift=drift)
     reasons.extend(measurement_notes(result))
     if speed is not None and speed.verdict == "inconclusive":
         cause = undecided_cause(result, baseline, threshold)
@@ -387,6 +400,65 @@ def judge_cell(
         return CellVerdict("regression", tuple(reasons), ratio, suspect)
     kind: CellVerdictKind = speed.verdict if speed else "pass"
     return CellVerdict(kind, tuple(reasons), ratio, suspect)
+
+
+def in_session_comparison(result: BenchResult,
+                          baseline: Baseline | None) -> Mapping[str, Any] | None:
+    """The result's comparison with its baseline's environment measured in the same session
+    (benchmarks.isolation: `evidence.comparison`), when it compared with this baseline's
+    environment; None otherwise."""
+    comparison = _mapping(_mapping(result.evidence).get("comparison"))
+    if comparison.get("mode") != "interleaved" or baseline is None or baseline.result is None:
+        return None
+    old = identity.of(baseline.result.fingerprint)
+    if old is None or comparison.get("baseline_environment") != old["environment"]:
+        return None
+    numbers = [comparison.get("ratio"), *(comparison.get("ratio_ci") or [None, None]),
+               comparison.get("baseline_speedup")]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in numbers):
+        return None
+    return comparison
+
+
+def in_session_verdict(result: BenchResult, baseline: Baseline | None,
+                       threshold: float) -> CellVerdict | None:
+    """The verdict of a comparison measured in one session: the two environments' units in
+    turns, so the drift between runs and the stored baseline's own width are not in it."""
+    comparison = in_session_comparison(result, baseline)
+    if comparison is None or result.speedup is None:
+        return None
+    assert baseline is not None
+    ratio = float(comparison["ratio"])
+    low, high = (float(v) for v in comparison["ratio_ci"])
+    est = RatioEstimate(ratio, min(low, ratio), max(high, ratio), 0.95, result.speedup.value,
+                        float(comparison["baseline_speedup"]))
+    pairs = comparison.get("pairs")
+    return _classify(est, threshold, 0.95,
+                     f"{baseline.description}, its environment measured in turns with this "
+                     f"one in the same session ({pairs} units each)", in_session=True)
+
+
+def same_software_note(result: BenchResult, baseline: Baseline | None,
+                       speed: CellVerdict | None) -> tuple[str, bool] | None:
+    """When `result` ran exactly the baseline's software (benchmarks.identity), what the
+    verdict says instead of judging the code, and whether the change is host drift: a
+    comparison interval wholly past the threshold, which the host's noise between two runs
+    of one program should never give. None when the software differs or is unknown."""
+    if baseline is None or baseline.result is None or speed is None or speed.ratio is None:
+        return None
+    new, old = identity.of(result.fingerprint), identity.of(baseline.result.fingerprint)
+    if new is None or old is None or new["digest"] != old["digest"]:
+        return None
+    est = speed.ratio
+    measured = f"{_pct(est.ratio - 1)} [{_pct(est.ci_low - 1)}, {_pct(est.ci_high - 1)}]"
+    same = (f"same software as {baseline.description} (identity {new['digest']}: "
+            "interpreter, installed distributions, harness, model and build all equal)")
+    if speed.verdict in ("regression", "improvement"):
+        runner = str(_mapping(result.fingerprint).get("hostname") or "an unnamed runner")
+        return (f"{same}: the measured {measured} is beyond what this host's noise explains: "
+                f"host drift on runner {runner} (an operations matter, not a change of the "
+                "code)", True)
+    return f"{same}: the measured {measured} is the host's, not the code's", False
 
 
 def measurement_notes(result: BenchResult) -> list[str]:
@@ -405,7 +477,12 @@ def measurement_notes(result: BenchResult) -> list[str]:
         decided_wide = (adaptive.get("outcome") not in (None, "undecided")
                         and isinstance(adaptive.get("target_half_width"), (int, float))
                         and isinstance(adaptive.get("log_half_width"), (int, float)))
-        how = (f"decided after {k} processes ({seconds:.1f} s of timing)"
+        interleaved = adaptive.get("mode") == "interleaved"
+        how = (f"the same software as the baseline: {k} processes ({seconds:.1f} s of timing), "
+               "nothing to decide" if stopped == "same_software" else
+               f"decided after {k} units of each environment in turns ({seconds:.1f} s of "
+               "timing)" if stopped == "decided" and interleaved else
+               f"decided after {k} processes ({seconds:.1f} s of timing)"
                if stopped == "decided" else
                f"decided, but the CI half-width {math.expm1(adaptive['log_half_width']):.2%} "
                f"is above the {adaptive['target_half_width']:.2%} target: stopped at {k} "
@@ -415,6 +492,10 @@ def measurement_notes(result: BenchResult) -> list[str]:
                f"{limit}"
                if stopped in ("budget", "max_processes") else
                f"measured in {k} processes ({seconds:.1f} s of timing)")
+        resolvable = _mapping(adaptive.get("resolvable"))
+        half, budget = resolvable.get("half_width"), resolvable.get("budget_seconds")
+        if isinstance(half, (int, float)) and isinstance(budget, (int, float)):
+            how += f"; this runner resolves +-{half:.1%} in {budget:g} s of timing"
         notes.append(f"measurement: {how}")
     load = host_load_note(result)
     if load:
@@ -523,16 +604,46 @@ def undecided_cause(result: BenchResult, baseline: Baseline | None,
     stopped = adaptive.get("stopped_by")
     k = adaptive.get("processes")
     width = f"the interval ({_relative(own)}) is too wide for a {percent(threshold)} threshold"
+    would = what_would_decide(adaptive, threshold)
     if stopped == "budget":
         budget = timing.get("budget_seconds")
         return (f"why undecided: {width} when the timing budget ({budget:g} s) ran out at "
-                f"{k} processes: raise --budget (or --max-seconds), or the threshold"
+                f"{k} processes: raise --budget (or --max-seconds), or the threshold{would}"
                 if isinstance(budget, (int, float)) else
-                f"why undecided: {width}: raise --budget")
+                f"why undecided: {width}: raise --budget{would}")
     if stopped == "max_processes":
         return (f"why undecided: {width} at the process limit ({k}): raise --max-processes "
-                "(or --budget), or the threshold")
+                f"(or --budget), or the threshold{would}")
     return f"why undecided: {width}: measure more processes (--processes), or raise the threshold"
+
+
+def what_would_decide(adaptive: Mapping[str, Any], threshold: float) -> str:
+    """What budget, or what threshold, would have decided an undecided comparison, from the
+    measurement's own ratio and interval: its half-width shrinks as one over the square
+    root of the units, so a budget (h / d)^2 times the spent one reaches the distance d
+    between the ratio and the threshold's line; the threshold that decides it now is where
+    its interval ends."""
+    ratio, ci = adaptive.get("ratio"), adaptive.get("ratio_ci") or [None, None]
+    spent, half = adaptive.get("timing_seconds"), adaptive.get("log_half_width")
+    values = [ratio, *ci, spent, half]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values):
+        return ""
+    assert isinstance(ratio, (int, float)) and isinstance(spent, (int, float))
+    assert isinstance(half, (int, float))
+    distance = abs(math.log(ratio) - math.log1p(-threshold))
+    out = ""
+    if distance > 0:
+        needed = spent * (half / distance) ** 2
+        if needed < 100 * spent:
+            out = f" (about {needed:.0f} s of timing would decide it"
+    low, high = float(ci[0]), float(ci[1])
+    decides = 1 - low if ratio >= 1 - threshold else 1 - high
+    if 0 < decides < 1:
+        out += (f"{'; ' if out else ' ('}a threshold of {decides:.1%} would "
+                f"{'pass' if ratio >= 1 - threshold else 'call a regression'} it now)")
+    elif out:
+        out += ")"
+    return out
 
 
 NOTHING_MEASURED = "no cell was measured (every cell was skipped): nothing to judge"

@@ -47,6 +47,7 @@ from app.detection.verdict import (
     HistoryPoint,
     VerdictError,
     combine,
+    in_session_comparison,
     judge_cell,
     select_baseline,
 )
@@ -54,6 +55,7 @@ from app.models import REGRESSION_ACTIVE, Cell, Regression, Result, Run, series_
 from app.services import confirmation, sweep_progress
 from app.services.documents import result_document
 from app.services.policy import project_policy
+from benchmarks import identity
 from benchmarks.result import BenchResult, Speedup
 from benchmarks.stats import Reference, log_half_width
 
@@ -160,8 +162,12 @@ def decision_reference(session: Session, cell_id: int, series_key: str) -> Refer
 def _reference_of(row: Result | None, threshold: float) -> Reference:
     if row is None or row.speedup is None or row.ci_low is None or row.ci_high is None:
         return Reference(threshold)
+    software = identity.of(row.fingerprint)
     return Reference(threshold, row.speedup,
-                     log_half_width(Speedup(row.speedup, row.ci_low, row.ci_high)))
+                     log_half_width(Speedup(row.speedup, row.ci_low, row.ci_high)),
+                     software=software["digest"] if software else None,
+                     environment=str(software["environment"]) if software else None,
+                     result_id=row.id)
 
 
 # ---- the run verdict -------------------------------------------------------------------------
@@ -178,6 +184,10 @@ def _remember(cell: Cell, verdict: CellVerdict | None = None, note: str | None =
     if verdict is not None:
         judgement.update(verdict=verdict.verdict, reasons=list(verdict.reasons),
                          suspect=verdict.suspect)
+        if verdict.host_drift:  # the series page marks it; operators are told in the log
+            judgement["host_drift"] = True
+            log.warning("host drift: cell %s (%s): %s", cell.id, cell.series_key,
+                        next((r for r in verdict.reasons if "host drift" in r), ""))
         ratio = verdict.ratio
         if ratio is not None:  # before and after, for CI summaries and the run page
             comparison = {
@@ -235,6 +245,8 @@ def _needs_remeasure(judged: _Judged) -> bool:
     failure is deterministic and opens at once."""
     accuracy = judged.document.accuracy
     verdict = judged.verdict
+    if in_session_comparison(judged.document, judged.chosen.baseline) is not None:
+        return False  # both environments were measured in turns already: that is the check
     speed_drop = verdict.verdict == "regression" or (
         verdict.verdict == "inconclusive" and verdict.suspect)
     return speed_drop and (accuracy is None or accuracy.passed)

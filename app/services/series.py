@@ -22,7 +22,7 @@ from sqlalchemy import Select, Text, and_, case, cast, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from app.errors import InvalidRequest, NotFound
-from app.models import Project, Result, Run, Series, series_point
+from app.models import Cell, Project, Result, Run, Series, series_point
 from app.services.tokens import EVERY_PROJECT, ProjectAccess
 
 # The `threads` filter value for series that use the library's default (threads NULL).
@@ -208,6 +208,24 @@ def series_points(
         query.order_by(Result.created_at.desc(), Result.id.desc()).limit(limit)
     ).all()
     return _points(rows[::-1])
+
+
+def host_drift_results(session: Session, result_ids: Sequence[int]) -> dict[int, str]:
+    """Of these results, those whose verdict found the same software as their baseline
+    yet a change beyond the threshold (app.detection.verdict.same_software_note): result id
+    -> the verdict's line saying so. The series page marks them as the host's, not the
+    code's."""
+    if not result_ids:
+        return {}
+    rows = session.execute(
+        select(Result.id, Cell.judgement).join(Cell, Cell.id == Result.cell_id)
+        .where(Result.id.in_(list(result_ids)))).all()
+    out: dict[int, str] = {}
+    for result_id, judgement in rows:
+        if isinstance(judgement, dict) and judgement.get("host_drift"):
+            reasons = [r for r in judgement.get("reasons") or [] if "host drift" in str(r)]
+            out[result_id] = str(reasons[0]) if reasons else "host drift"
+    return out
 
 
 AXES = ("model", "backend", "weights", "precision", "batch_size", "shape_mode", "device_class")

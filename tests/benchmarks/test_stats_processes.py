@@ -13,7 +13,14 @@ import pytest
 from scipy import stats as scipy_stats
 
 from benchmarks.result import BenchResult
-from benchmarks.stats import PROCESSES_METHOD, StatsError, combine_processes, speedup_ci, summary
+from benchmarks.stats import (
+    PROCESSES_METHOD,
+    StatsError,
+    combine_processes,
+    speedup_ci,
+    summary,
+    units_half_width,
+)
 from tests.benchmarks.test_stats import simulated_rounds
 
 Pair = tuple[list[list[float]], list[list[float]]]
@@ -93,7 +100,20 @@ def test_combination_is_seeded() -> None:
     procs = [process(1.2, seed=1), process(1.25, seed=2), process(1.22, seed=3)]
     a = combine_processes(procs, resamples=300, seed=7)
     assert a == combine_processes(procs, resamples=300, seed=7)
-    assert a != combine_processes(procs, resamples=300, seed=8)
+    # where the processes agree, their rounds' bootstrap (seeded) sets the floor
+    agree = [process(1.2, seed=1), process(1.2, seed=2), process(1.2, seed=3)]
+    assert combine_processes(agree, resamples=300, seed=7) != \
+        combine_processes(agree, resamples=300, seed=8)
+
+
+def test_each_variance_counts_once() -> None:
+    """Processes apart by more than their rounds' noise: the interval is the t interval of
+    their spread alone, not that spread plus the rounds' noise again."""
+    procs = [process(r, seed=40 + i) for i, r in enumerate((1.20, 1.25, 1.30, 1.22))]
+    s = combine_processes(procs, resamples=500)
+    logs = [math.log(speedup_ci(b, c, resamples=10).value) for b, c in procs]
+    spread_only = units_half_width(logs, 0.0)
+    assert log_half_width(s.ci_low, s.ci_high) == pytest.approx(spread_only, rel=1e-9)
 
 
 def test_no_processes_or_a_bad_process_is_refused_with_its_number() -> None:
