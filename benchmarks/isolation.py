@@ -470,16 +470,24 @@ class AdaptiveMeasurement:
             return
         best = stats.optimal_rounds(unit_seconds, round_seconds, var_round, var_unit)
         policy = self.spec.timing
-        chosen = policy.rounds if best is None else int(
-            min(policy.rounds, max(ALLOCATION_MIN_ROUNDS, math.ceil(best))))
+        # At most a sixth of the budget in one unit: six more units must fit, or the cell's
+        # interval would rest on the few units its first estimate (2 degrees of freedom)
+        # favoured.
+        cap = policy.rounds if policy.budget_seconds <= 0 else max(
+            ALLOCATION_MIN_ROUNDS, int(policy.budget_seconds / 6 / round_seconds))
+        chosen = int(min(policy.rounds, cap, max(ALLOCATION_MIN_ROUNDS, policy.min_rounds,
+                                                 math.ceil(best or policy.rounds))))
         self._allocation = {
             "unit_seconds": round(unit_seconds, 3), "round_seconds": round(round_seconds, 4),
             "unit_variance": var_unit, "round_variance": var_round,
             "optimal_rounds": None if best is None else round(best, 2),
             "rounds_per_unit": chosen, "after_units": len(units),
         }
+        # a side's share of a round, so that max_seconds does not cut the rounds chosen
+        side_seconds = round_seconds / 2 if self.spec.sides == "split" else round_seconds
         self._unit_spec = replace(self.spec, timing=replace(
-            policy, rounds=chosen, min_rounds=min(policy.min_rounds, chosen)))
+            policy, rounds=chosen, min_rounds=min(policy.min_rounds, chosen),
+            max_seconds=max(policy.max_seconds, 1.25 * chosen * side_seconds)))
 
     def _too_busy(self, one: BenchResult, j: int) -> bool:
         """The CPU load guard: drop a unit timed beside a co-tenant past the threshold and
@@ -521,12 +529,13 @@ class AdaptiveMeasurement:
                 per_pair = per_unit + _timing_seconds(self._base_results) / max(
                     1, len(self._base_results))
                 half = stats.resolvable_half_width(self._comparison.pair_variance, per_pair,
-                                                   2 * budget, sides=1)
+                                                   2 * budget, units=self._comparison.pairs,
+                                                   sides=1)
                 spent = 2 * budget
             else:
                 half = stats.resolvable_half_width(
                     stats.unit_variance([r.speedup for r in units if r.speedup is not None]),
-                    per_unit, budget, sides=2)
+                    per_unit, budget, units=len(units), sides=2)
                 spent = budget
         except stats.StatsError:
             return None

@@ -267,17 +267,27 @@ def optimal_rounds(unit_seconds: float, round_seconds: float, round_variance: fl
     return float(np.sqrt(unit_seconds / round_seconds * round_variance / unit_variance))
 
 
+# The variance a promise of resolution rests on is an upper bound of the measured one at
+# this one-sided level: three units estimate a variance on two degrees of freedom, and a
+# runner must not promise a width its next cell will miss.
+RESOLVABLE_BOUND = 0.8
+
+
 def resolvable_half_width(unit_variance: float, unit_timing_seconds: float,
-                          budget_seconds: float, *, sides: int = 2,
+                          budget_seconds: float, *, units: int, sides: int = 2,
                           confidence: float = 0.95) -> float | None:
     """The relative half-width a comparison reaches when each of its `sides` measurements
     spends `budget_seconds` of timing on units of `unit_timing_seconds` whose log speedups
-    vary by `unit_variance` (the smallest change the runner can decide at that budget)."""
-    if unit_variance < 0 or unit_timing_seconds <= 0 or budget_seconds <= 0:
+    vary by `unit_variance`, measured over `units` units (the smallest change the runner
+    can decide at that budget). The variance is taken at its RESOLVABLE_BOUND upper bound
+    (chi-square on units - 1 degrees of freedom)."""
+    if unit_variance < 0 or unit_timing_seconds <= 0 or budget_seconds <= 0 or units < 2:
         return None
+    df = units - 1
+    bound = unit_variance * df / float(_scipy_stats.chi2.ppf(1 - RESOLVABLE_BOUND, df))
     n = max(2, int(budget_seconds // unit_timing_seconds))
     t = float(_scipy_stats.t.ppf(1 - (1 - confidence) / 2, n - 1))
-    return float(np.expm1(t * np.sqrt(sides * unit_variance / n)))
+    return float(np.expm1(t * np.sqrt(sides * bound / n)))
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,11 @@ def cell_row(cell: dict[str, Any]) -> dict[str, Any]:
             "verdict": judgement.get("verdict"), "comparison": judgement.get("comparison"),
             "host_load": (r.get("fingerprint") or {}).get("host_load"),
             "build_fingerprint": ev.get("build_fingerprint"),
+            "software": ((r.get("fingerprint") or {}).get("software") or {}).get("digest"),
+            "same_software": any("same software" in str(x)
+                                 for x in judgement.get("reasons") or []),
+            "host_drift": bool(judgement.get("host_drift")),
+            "resolvable": adaptive.get("resolvable"),
             "reasons": judgement.get("reasons")}
 
 
@@ -175,8 +180,9 @@ def _pct(x: float | None) -> str:
 def write_markdown(summary: dict[str, Any], path: Path) -> None:
     lines = [f"co-tenants: {summary['co_tenants']}", "",
              "| pair | demo | exit | verdict | wall s | weights | speedup [95% CI] | +-% | "
-             "units | timing s | stopped by | host load (cores) | vs run 1 [95% CI] |",
-             "|" + "---|" * 13]
+             "units | timing s | stopped by | host load (cores) | vs run 1 [95% CI] | "
+             "same software |",
+             "|" + "---|" * 14]
     for pair in summary["pairs"]:
         for i, demo in enumerate(pair["demos"], 1):
             for cell in demo.get("cells") or [{}]:
@@ -193,7 +199,15 @@ def write_markdown(summary: dict[str, Any], path: Path) -> None:
                     f"{demo['wall_s']:.0f} | {cell.get('weights', '-')} | {sp} | "
                     f"{_pct(cell.get('half_width'))} | {cell.get('units')} | "
                     f"{(cell.get('timing_seconds') or 0):.0f} | {cell.get('stopped_by')} | "
-                    f"{cores} | {vs} |")
+                    f"{cores} | {vs} | {'yes' if cell.get('same_software') else 'no'}"
+                    f"{' (host drift)' if cell.get('host_drift') else ''} |")
+    seconds = [p["demos"][1] for p in summary["pairs"] if len(p["demos"]) > 1]
+    if seconds:
+        named = sum(1 for d in seconds if d.get("cells") and all(
+            c.get("same_software") for c in d["cells"]))
+        lines.append(f"\nsecond runs: {sum(1 for d in seconds if d['exit'] == 0)} of "
+                     f"{len(seconds)} exit 0; {named} of {len(seconds)} name the same software "
+                     "in every cell")
     path.write_text("\n".join(lines) + "\n")
 
 

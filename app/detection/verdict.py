@@ -382,9 +382,11 @@ def judge_cell(
         reasons.extend(speed.reasons)
     same = same_software_note(result, baseline, speed)
     if same is not None and not accuracy:
-        # Nothing that decides the code changed: the measured difference is the host's.
+        # Nothing that decides the code changed: the measured difference is the host's, and
+        # the speed line (its "not ruled out", its "measure longer") has nothing to judge.
         note, drift = same
-        return CellVerdict("pass", (*reasons, note, *measurement_notes(result)),
+        kept = [r for r in reasons if speed is None or r not in speed.reasons]
+        return CellVerdict("pass", (*kept, note, *measurement_notes(result)),
                            speed.ratio if speed else None, False, host_drift=drift)
     reasons.extend(measurement_notes(result))
     if speed is not None and speed.verdict == "inconclusive":
@@ -495,7 +497,8 @@ def measurement_notes(result: BenchResult) -> list[str]:
         resolvable = _mapping(adaptive.get("resolvable"))
         half, budget = resolvable.get("half_width"), resolvable.get("budget_seconds")
         if isinstance(half, (int, float)) and isinstance(budget, (int, float)):
-            how += f"; this runner resolves +-{half:.1%} in {budget:g} s of timing"
+            how += (f"; this runner resolves +-{half:.1%} in {budget:g} s of timing (a "
+                    "comparison's half-width, from this cell's own units)")
         notes.append(f"measurement: {how}")
     load = host_load_note(result)
     if load:
