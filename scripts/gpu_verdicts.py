@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+# tokens in what a command printed stay out of the logged output (it is kept with results)
+SECRET = re.compile(r"sw_[A-Za-z0-9_-]{20,}")
 
 REPO = Path(__file__).resolve().parent.parent
 SWITCH = 'break_after_stage=2 if spec.model == "resnet50-customop" else None,'
@@ -71,7 +75,8 @@ def cli(*args: str, env: dict[str, str], log: Path, timeout: float = 3600) -> tu
     shown = ["***" if a.startswith("sw_") else a for a in args]
     with log.open("a") as f:
         f.write(f"\n$ speedwatch {' '.join(shown)}\n(exit {proc.returncode}, "
-                f"{time.monotonic() - started:.0f} s)\n{proc.stdout}{proc.stderr}\n")
+                f"{time.monotonic() - started:.0f} s)\n"
+                f"{SECRET.sub('sw_***', proc.stdout + proc.stderr)}\n")
     return proc.returncode, proc.stdout
 
 

@@ -204,6 +204,33 @@ def test_the_series_page_overlays_both_weight_representations_and_marks_the_regr
     assert 'data-action="acknowledge"' in page
 
 
+def test_the_series_page_marks_host_drift_apart_from_regressions(
+        pages: TestClient, seeded: Seeded, public_settings: Settings) -> None:
+    """A point whose verdict found the baseline's very software, moved past the threshold,
+    is the host's drift: a ring of its own on the chart, saying so and naming the runner."""
+    from sqlalchemy import select
+
+    from app.models import Cell, Result, Run, Series
+
+    with Session(get_engine(public_settings)) as session:
+        series = session.scalars(select(Series).where(Series.key == seeded.regressed_key)).one()
+        row = session.scalars(select(Result).where(Result.series_id == series.id)
+                              .order_by(Result.id)).all()[2]
+        revision = session.get(Run, row.run_id).revision  # type: ignore[union-attr]
+        cell = session.get(Cell, row.cell_id)
+        assert cell is not None
+        cell.judgement = {"verdict": "pass", "host_drift": True, "reasons": [
+            "same software as the previous run on the branch (r1): the measured -6.0% [-7.0%, "
+            "-5.0%] is beyond what this host's noise explains: host drift on runner ci-7"]}
+        session.commit()
+    chart = figure(pages.get(f"/series/{seeded.regressed_key}").text, "series-chart")
+    drift = next(t for t in chart["data"] if t.get("name") == "host drift")
+    assert drift["x"] == [revision]
+    assert "host drift on runner ci-7" in drift["text"][0]
+    regression = next(t for t in chart["data"] if t.get("name") == "regression")
+    assert revision not in regression["x"]
+
+
 def test_the_run_page_shows_what_the_evidence_changed_since_the_baseline_and_all_behind_a_toggle(
         pages: TestClient, seeded: Seeded) -> None:
     regression = pages.get("/api/v1/regressions").json()["items"][0]
