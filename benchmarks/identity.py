@@ -111,6 +111,40 @@ def environment_identity() -> dict[str, Any]:
             "distributions": dists}
 
 
+# The harness's test knobs that act on the candidate's calls alone (benchmarks.child): the
+# baseline side's own identity leaves them out. SPEEDWATCH_ALLOW_FAULTS only lets them, or a
+# spec's `_fault` option, act; the spec is the same for every side of a comparison.
+CANDIDATE_ONLY_VARIABLES = ("SPEEDWATCH_FAULT_SLOW_CANDIDATE", "SPEEDWATCH_FAULT_SLOW_MODULE",
+                            "SPEEDWATCH_ALLOW_FAULTS")
+
+
+def loaded_distributions(dists: dict[str, str] | None = None) -> dict[str, str]:
+    """The installed distributions this process has imported code from (its side's
+    software: eager's process imports torch and numpy, not onnxruntime), by
+    `distributions()`'s entries."""
+    dists = distributions() if dists is None else dists
+    top = {name.split(".")[0] for name in list(sys.modules)}
+    owners = metadata.packages_distributions()
+    loaded = {_normalize(dist) for module in top for dist in owners.get(module, [])}
+    return {name: value for name, value in dists.items() if name in loaded}
+
+
+def side_identity(environment: dict[str, Any], side: str, *, loaded: dict[str, str],
+                  model: str, build: str | None) -> str:
+    """The digest of one side's software as its process ran it: the interpreter, the
+    harness, the distributions it imported, the variables that act on it, the model, and
+    (the candidate) the build. Two environments that differ only in what one side never
+    loads (a package the candidate imports, a candidate-only knob) run the other side's very
+    code, so a comparison of the two may leave that side's noise out
+    (benchmarks.isolation.AdaptiveMeasurement). `loaded`: `loaded_distributions()` as the
+    timing ended, before passes that import more (a profile) and that only some processes
+    of a cell run."""
+    variables = {k: v for k, v in (environment.get("variables") or {}).items()
+                 if side != "baseline" or k not in CANDIDATE_ONLY_VARIABLES}
+    return digest([environment.get("interpreter"), environment.get("harness"), variables,
+                   loaded, model, build if side != "baseline" else None, side])
+
+
 def software_identity(environment: dict[str, Any], *, model: str,
                       build: str | None) -> dict[str, Any]:
     """The whole identity of one measured side: the environment's, the model, the build.

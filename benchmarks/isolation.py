@@ -288,6 +288,7 @@ class AdaptiveMeasurement:
         self._base_results: list[BenchResult] = []
         self._comparison: stats.UnitsComparison | None = None
         self._comparison_base: BenchResult | None = None
+        self._shared_side: str | None = None
         self._comparison_error: str | None = None
         self._allocation: dict[str, Any] | None = None
         try:
@@ -420,10 +421,19 @@ class AdaptiveMeasurement:
             base = self._merge(self._base_results)
             if cand.speedup is None or base.speedup is None:
                 raise stats.StatsError("a side has no speedup")
-            self._comparison = stats.compare_units(
-                [r.speedup for r in self._results if r.speedup is not None],
-                [r.speedup for r in self._base_results if r.speedup is not None],
-                cand.speedup.value / base.speedup.value)
+            self._shared_side = _shared_baseline_side(self._results + self._base_results)
+            if self._shared_side is not None:
+                # eager ran the very same software in both environments: compare the
+                # candidate sides' own times, leaving eager's process spread out
+                self._comparison = stats.compare_levels(
+                    [r.candidate_samples_ms for r in self._results],
+                    [r.candidate_samples_ms for r in self._base_results],
+                    resamples=policy.bootstrap_resamples, seed=policy.seed)
+            else:
+                self._comparison = stats.compare_units(
+                    [r.speedup for r in self._results if r.speedup is not None],
+                    [r.speedup for r in self._base_results if r.speedup is not None],
+                    cand.speedup.value / base.speedup.value)
         except (stats.StatsError, ResultError) as exc:
             self._final = _failed(self.spec, f"comparing with the baseline's environment: "
                                   f"{exc}", "", self._started)
@@ -575,7 +585,13 @@ class AdaptiveMeasurement:
                 "mode": "interleaved",
                 "baseline_result_id": reference.result_id,
                 "baseline_environment": reference.environment,
-                "baseline_speedup": base.speedup.value,
+                # the baseline environment's speedup on the comparison's basis: over the
+                # shared eager level when eager was the same software (this result's
+                # speedup over the ratio), else as it measured itself
+                "baseline_speedup": (merged.speedup.value / self._comparison.ratio
+                                     if self._shared_side and merged.speedup
+                                     else base.speedup.value),
+                "baseline_measured_speedup": base.speedup.value,
                 "baseline_ci": [base.speedup.ci_low, base.speedup.ci_high],
                 "baseline_processes": [
                     {"speedup": r.speedup.value if r.speedup else None,
@@ -585,12 +601,29 @@ class AdaptiveMeasurement:
                 "baseline_timing_seconds": base_spent,
                 "ratio": self._comparison.ratio,
                 "ratio_ci": [self._comparison.low, self._comparison.high],
+                # "candidate_side": eager was the same software in both (its side identity),
+                # so the ratio is of the candidate sides' times; "speedups" otherwise
+                "basis": "candidate_side" if self._shared_side else "speedups",
+                **({"shared_baseline_side": self._shared_side} if self._shared_side else {}),
                 "pairs": self._comparison.pairs,
                 "threshold": reference.threshold,
             }
         if self._remeasured and isinstance(merged.fingerprint.get("host_load"), dict):
             merged.fingerprint["host_load"]["remeasured"] = self._remeasured
         self._final = merged
+
+
+def _shared_baseline_side(units: list[BenchResult]) -> str | None:
+    """The baseline side's identity when every unit's baseline side ran the same software,
+    else None (benchmarks.identity.side_identity)."""
+    digests = set()
+    for unit in units:
+        software = identity.of(unit.fingerprint) or {}
+        digests.add((software.get("sides") or {}).get("baseline"))
+    if len(digests) != 1:
+        return None
+    only = digests.pop()
+    return only if isinstance(only, str) else None
 
 
 def _sample_variance(values: list[float]) -> float:
@@ -902,7 +935,10 @@ def _merged_software(results: list[BenchResult], build_fp: Any) -> dict[str, Any
                           "different software")
     first = found[0]
     assert first is not None
-    return identity.with_build(first, build_fp if isinstance(build_fp, str) else None)
+    merged = identity.with_build(first, build_fp if isinstance(build_fp, str) else None)
+    if first.get("sides"):
+        merged["sides"] = first["sides"]
+    return merged
 
 
 def host_load_of(results: list[BenchResult], threshold: float) -> dict[str, Any] | None:
@@ -1127,6 +1163,11 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
             evidence[key] = merged
     first, last = (baseline, candidate) if order[0] == "baseline" else (candidate, baseline)
     fp = dict(candidate.fingerprint)
+    base_sw, cand_sw = sides_software
+    if base_sw is not None and cand_sw is not None:
+        fp["software"] = {**cand_sw, "sides": {
+            "baseline": (base_sw.get("sides") or {}).get("baseline"),
+            "candidate": (cand_sw.get("sides") or {}).get("candidate")}}
     if "nvml_start" in first.fingerprint:
         fp["nvml_start"] = first.fingerprint["nvml_start"]
     if "nvml_end" in last.fingerprint:

@@ -534,6 +534,8 @@ class SoftwareIdentity(Open):
     model: Name | None = None
     build: Name | None = None
     distributions: Annotated[dict[Name, Name], Field(max_length=MAX_DISTRIBUTIONS)] | None = None
+    # each side's own software as its process ran it (benchmarks.identity.side_identity)
+    sides: Annotated[dict[Side, ShortDigest | None], Field(max_length=2)] | None = None
 
 
 class FingerprintDocument(Open):

@@ -438,6 +438,9 @@ def _measure(
                                   wall_baseline_ms=[],
                                   wall_candidate_ms=samples.wall_baseline_ms)
     nvml_end = fingerprint.collect_nvml() if on_cuda else None
+    # what this process ran, read before passes that import more (the profile)
+    environment = identity.environment_identity()
+    timed_distributions = identity.loaded_distributions(environment["distributions"])
     evidence["timing"] = {
         "rounds": samples.rounds,
         "iters_per_round": max(1, policy.iters_per_round),
@@ -498,10 +501,14 @@ def _measure(
     if model_info:
         fp["model"] = dict(model_info)
     # what code ran (benchmarks.identity): equal identities, the same software
-    fp["software"] = identity.software_identity(
-        identity.environment_identity(),
-        model=identity.model_identity(spec.model_fields(), model_info.get("digest")),
-        build=evidence.get("build_fingerprint"))
+    model_id = identity.model_identity(spec.model_fields(), model_info.get("digest"))
+    fp["software"] = identity.software_identity(environment, model=model_id,
+                                                build=evidence.get("build_fingerprint"))
+    # each side's own software, as this process ran it (a split child runs one side)
+    fp["software"]["sides"] = {
+        name: identity.side_identity(environment, name, loaded=timed_distributions,
+                                     model=model_id, build=evidence.get("build_fingerprint"))
+        for name in ((side,) if side is not None else ("baseline", "candidate"))}
     reason = None
     if accuracy is not None and not accuracy.passed:
         reason = (f"accuracy: relative L2 error {accuracy.rel_l2:.3g} exceeds the "

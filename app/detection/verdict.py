@@ -435,9 +435,11 @@ def in_session_verdict(result: BenchResult, baseline: Baseline | None,
     est = RatioEstimate(ratio, min(low, ratio), max(high, ratio), 0.95, result.speedup.value,
                         float(comparison["baseline_speedup"]))
     pairs = comparison.get("pairs")
+    basis = ("; eager ran the same software in both, so the candidate sides' own times are "
+             "compared" if comparison.get("basis") == "candidate_side" else "")
     return _classify(est, threshold, 0.95,
                      f"{baseline.description}, its environment measured in turns with this "
-                     f"one in the same session ({pairs} units each)", in_session=True)
+                     f"one in the same session ({pairs} units each{basis})", in_session=True)
 
 
 def same_software_note(result: BenchResult, baseline: Baseline | None,
