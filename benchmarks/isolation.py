@@ -250,10 +250,12 @@ class AdaptiveMeasurement:
     - another environment, on a CPU, with `baseline_python_for` able to name the baseline's
       interpreter: both environments are measured in this session, their units in turns
       (baseline 1, candidate 2, baseline 2, ...), until the ratio of the two speedups is
-      decided at the threshold or the budget is spent (`stats.compare_units`): the drift of
-      the host between runs minutes or days apart, and the stored baseline's own width,
-      leave the comparison ("interleaved"). On a GPU a build reproduces to 0.1% across
-      processes and hosts, so the stored baseline serves;
+      decided at the threshold or the budget is spent: the drift of the host between runs
+      minutes or days apart, and the stored baseline's own width, leave the comparison
+      ("interleaved"). Where every unit's eager side ran the same software (its side
+      identity), the ratio is of the candidate sides' own times (`stats.compare_levels`),
+      else of the speedups (`stats.compare_units`). On a GPU a build reproduces to 0.1%
+      across processes and hosts, so the stored baseline serves;
     - otherwise the cell is decided against the stored reference, as before.
 
     After `timing.processes` units the cell's own variance components (the units' levels,
@@ -334,10 +336,9 @@ class AdaptiveMeasurement:
                                   self._started)
             return
         policy = spec.timing
-        if self._mode == "same_software":
-            if len(self._results) >= self._k_min:
-                self._stopped_by = "same_software"
-                self._finish()
+        if self._mode == "same_software":  # nothing to decide: the minimum units, then stop
+            self._stopped_by = "same_software"
+            self._finish()
             return
         if self._reference is not None and self._merged.speedup is not None:
             self._decision = stats.decide(self._merged.speedup, self._reference)
