@@ -446,7 +446,8 @@ class AdaptiveMeasurement:
         outcome = "regression" if c.high < limit else "pass" if c.low >= limit else "undecided"
         self._decision = stats.Decision(outcome, c.ratio, c.low, c.high, c.log_half)
         self._comparison_base = base
-        if self._decision.decided:
+        # as a cell decided against a stored baseline: decided, and as precise as the target
+        if self._decision.decided and _precise_enough(self._decision, policy.target_half_width):
             self._stopped_by = "decided"
             self._finish()
             return
