@@ -243,7 +243,7 @@ def _classify(est: RatioEstimate, threshold: float, confidence: float,
         return CellVerdict("improvement", (f"{words}: faster by more than {limit}",), est)
     if est.ci_low >= 1 - threshold:
         return CellVerdict("pass", (f"{words}: no change beyond {limit}",), est)
-    if est.ratio < 1 - threshold and not in_session:
+    if est.ratio < 1 - threshold:
         return CellVerdict("inconclusive", (
             f"{words}: suspect: the drop is not certain beyond {limit} (re-measure to "
             "confirm)",), est, suspect=True)
@@ -601,7 +601,8 @@ def undecided_cause(result: BenchResult, baseline: Baseline | None,
         return None
     own = log_half_width(result.speedup)
     base = baseline.result.speedup if baseline and baseline.result else None
-    if base is not None and log_half_width(base) > own:
+    if base is not None and log_half_width(base) > own \
+            and in_session_comparison(result, baseline) is None:
         return (f"why undecided: the baseline's own interval ({_relative(log_half_width(base))}"
                 f") is the wider one: pin a more precise run as the baseline, or let this "
                 "run become the baseline")

@@ -245,7 +245,8 @@ def _needs_remeasure(judged: _Judged) -> bool:
     failure is deterministic and opens at once."""
     accuracy = judged.document.accuracy
     verdict = judged.verdict
-    if in_session_comparison(judged.document, judged.chosen.baseline) is not None:
+    if verdict.verdict == "regression" and \
+            in_session_comparison(judged.document, judged.chosen.baseline) is not None:
         return False  # both environments were measured in turns already: that is the check
     speed_drop = verdict.verdict == "regression" or (
         verdict.verdict == "inconclusive" and verdict.suspect)

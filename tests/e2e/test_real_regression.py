@@ -117,8 +117,9 @@ def test_a_pipeline_that_feeds_ort_its_weights_as_inputs_is_caught_and_alerted(
         # The alert is open, with the evidence sentence, and was delivered to the webhook.
         assert [r["status"] for r in regressions] == ["open"]
         assert "BatchNormalization" in regressions[0]["evidence"]
-        # ...and only after an interleaved re-measure of both environments confirmed it.
-        assert any(r.startswith("confirmed by re-measure") for r in regressions[0]["reasons"]), \
+        # ...and only after both environments, measured in turns in one session, confirmed it.
+        assert any("confirmed by the two environments measured in turns" in r
+                   for r in regressions[0]["reasons"]), \
             regressions[0]["reasons"]
 
         def delivered() -> list[dict[str, Any]] | None:
