@@ -200,28 +200,20 @@ def speedup_figure(
         })
         for p in trace.points:
             by_result[p.result_id] = (trace.label, p)
-    marked = [(m, by_result[m.result_id]) for m in markers if m.result_id in by_result]
-    if marked:
+    for name, group, symbol, size, width, colour in (
+            ("regression", markers, "x-thin-open", 18, 3, REGRESSION_COLOUR),
+            ("host drift", drift, "circle-open", 16, 2, HOST_DRIFT_COLOUR)):
+        marked = [(m, by_result[m.result_id]) for m in group if m.result_id in by_result]
+        if not marked:
+            continue
         data.append({
-            "type": "scatter", "mode": "markers", "name": "regression",
+            "type": "scatter", "mode": "markers", "name": name,
             "x": [plotly_text(p.revision) for _, (_, p) in marked],
             "y": [p.speedup for _, (_, p) in marked],
-            "marker": {"symbol": "x-thin-open", "size": 18, "color": REGRESSION_COLOUR,
-                       "line": {"width": 3, "color": REGRESSION_COLOUR}},
-            "text": [plotly_text(f"regression ({m.status}), weights {label}: {m.text}")
-                     for m, (label, _) in marked],
-            "hovertemplate": "%{text}<extra></extra>",
-        })
-    drifted = [(m, by_result[m.result_id]) for m in drift if m.result_id in by_result]
-    if drifted:
-        data.append({
-            "type": "scatter", "mode": "markers", "name": "host drift",
-            "x": [plotly_text(p.revision) for _, (_, p) in drifted],
-            "y": [p.speedup for _, (_, p) in drifted],
-            "marker": {"symbol": "circle-open", "size": 16, "color": HOST_DRIFT_COLOUR,
-                       "line": {"width": 2, "color": HOST_DRIFT_COLOUR}},
-            "text": [plotly_text(f"host drift, weights {label}: {m.text}")
-                     for m, (label, _) in drifted],
+            "marker": {"symbol": symbol, "size": size, "color": colour,
+                       "line": {"width": width, "color": colour}},
+            "text": [plotly_text(f"{name}{f' ({m.status})' if name == 'regression' else ''}, "
+                                 f"weights {label}: {m.text}") for m, (label, _) in marked],
             "hovertemplate": "%{text}<extra></extra>",
         })
     shapes: list[Figure] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
