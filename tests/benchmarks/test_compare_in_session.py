@@ -148,7 +148,8 @@ def test_a_slower_environment_is_a_regression_decided_in_turns(
     comparison = result.evidence["comparison"]
     assert result.evidence["adaptive"]["outcome"] == "regression"
     assert comparison["ratio_ci"][1] < 0.8
-    assert 0.35 < comparison["ratio"] < 0.65
+    assert 0.2 < comparison["ratio"] < 0.7  # about 0.5; a tiny call's busy-wait beside
+    # another test worker lands anywhere in 0.3-0.6
     assert comparison["basis"] == "candidate_side"  # the knob acts on the candidate alone
 
 
