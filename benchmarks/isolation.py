@@ -60,6 +60,7 @@ from benchmarks.spec import (
     SIDE_OPTION,
     BenchSpec,
     SpecError,
+    TimingPolicy,
     model_digest_of,
 )
 from benchmarks.turns import TURN_ENV, Referee, RefereeTimeout, Side, SideEnded
@@ -232,6 +233,11 @@ BaselinePythonFor = Callable[["stats.Reference"], "str | None"]
 # Units of a cell are allocated rounds by Kalibera and Jones's rule (stats.optimal_rounds)
 # once this many have shown the cell's variance components; never fewer rounds than this.
 ALLOCATION_MIN_ROUNDS = 3
+# A comparison measured in one session is the verdict itself: it aims at a narrower
+# half-width than a cell's own (at most this one) and may spend this many times the cell's
+# budget (two environments measured in turns; 3 minutes of timing at the CPU default).
+COMPARISON_TARGET_HALF_WIDTH = 0.01
+COMPARISON_BUDGET_FACTOR = 4
 
 
 class AdaptiveMeasurement:
@@ -250,7 +256,8 @@ class AdaptiveMeasurement:
     - another environment, on a CPU, with `baseline_python_for` able to name the baseline's
       interpreter: both environments are measured in this session, their units in turns
       (baseline 1, candidate 2, baseline 2, ...), until the ratio of the two speedups is
-      decided at the threshold or the budget is spent: the drift of the host between runs
+      decided at the threshold and COMPARISON_TARGET_HALF_WIDTH, or
+      COMPARISON_BUDGET_FACTOR times the budget is spent: the drift of the host between runs
       minutes or days apart, and the stored baseline's own width, leave the comparison
       ("interleaved"). Where every unit's eager side ran the same software (its side
       identity), the ratio is of the candidate sides' own times (`stats.compare_levels`),
@@ -447,12 +454,14 @@ class AdaptiveMeasurement:
         self._decision = stats.Decision(outcome, c.ratio, c.low, c.high, c.log_half)
         self._comparison_base = base
         # as a cell decided against a stored baseline: decided, and as precise as the target
-        if self._decision.decided and _precise_enough(self._decision, policy.target_half_width):
+        if self._decision.decided and _precise_enough(self._decision,
+                                                      _comparison_target(policy)):
             self._stopped_by = "decided"
             self._finish()
             return
         spent = _timing_seconds(self._results) + _timing_seconds(self._base_results)
-        if policy.budget_seconds > 0 and spent >= 2 * policy.budget_seconds:
+        if policy.budget_seconds > 0 \
+                and spent >= COMPARISON_BUDGET_FACTOR * policy.budget_seconds:
             self._stopped_by = "budget"
             self._finish()
             return
@@ -541,9 +550,9 @@ class AdaptiveMeasurement:
                 per_pair = per_unit + _timing_seconds(self._base_results) / max(
                     1, len(self._base_results))
                 half = stats.resolvable_half_width(self._comparison.pair_variance, per_pair,
-                                                   2 * budget, units=self._comparison.pairs,
-                                                   sides=1)
-                spent = 2 * budget
+                                                   COMPARISON_BUDGET_FACTOR * budget,
+                                                   units=self._comparison.pairs, sides=1)
+                spent = COMPARISON_BUDGET_FACTOR * budget
             else:
                 half = stats.resolvable_half_width(
                     stats.unit_variance([r.speedup for r in units if r.speedup is not None]),
@@ -571,7 +580,9 @@ class AdaptiveMeasurement:
             "ratio": decision.ratio if decision else None,
             "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
             "log_half_width": decision.log_half if decision else None,
-            "target_half_width": self.spec.timing.target_half_width or None,
+            "target_half_width": (_comparison_target(self.spec.timing)
+                                  if self._comparison is not None
+                                  else self.spec.timing.target_half_width) or None,
             "mode": self._mode,
             **({"resolvable": r} if (r := self._resolvable()) else {}),
             **({"reference_error": self._reference_error} if self._reference_error else {}),
@@ -681,6 +692,13 @@ def run_adaptive_interleaved(
             report()
         turn += 1
     return [m.result() for m in measurements]
+
+
+def _comparison_target(policy: TimingPolicy) -> float:
+    """The half-width an in-session comparison aims at: the cell's target, at most
+    COMPARISON_TARGET_HALF_WIDTH (0: none, as the cell's)."""
+    target = policy.target_half_width
+    return min(target, COMPARISON_TARGET_HALF_WIDTH) if target > 0 else 0.0
 
 
 def _precise_enough(decision: stats.Decision, target_half_width: float) -> bool:

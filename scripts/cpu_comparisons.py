@@ -12,8 +12,14 @@ which the worker measures in turns with the baseline's environment in the same s
   (the harness's fault knob, a busy-wait of that share of each call: a real slowdown that
   the thread's CPU time counts);
 - `aa`: the same matrix in the baseline's very environment, measured in turns with itself
-  (a named interpreter that sets a variable the identity counts and nothing reads), with a
-  fixed number of units: how often the interval of a true ratio of 1 holds 1.
+  behind a named interpreter that asks the candidate for a slowdown of 0 (the identity
+  counts the variable, the harness does nothing with 0, eager's side is untouched): how
+  often the interval of a true ratio of 1 holds 1. The product's adaptive stopping, or
+  `--aa-units` fixed units;
+- `aa-whole`: the same, behind a variable eager reads too (`OMP_SPEEDWATCH_AA`), so that
+  the whole speedups are compared rather than the candidate sides' own times.
+
+`--kinds` takes `kind` or `kind=N` (N comparisons of that kind in every repeat).
 
 Optionally beside co-tenant processes that keep one core busy each (`while True: pass`).
 
@@ -130,11 +136,17 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--co-tenants", type=int, default=0)
     parser.add_argument("--slowdown", type=float, default=0.045)
-    parser.add_argument("--aa-units", type=int, default=4,
-                        help="units of each environment in an A/A comparison")
+    parser.add_argument("--aa-units", type=int, default=0,
+                        help="fixed units of each environment in an A/A comparison "
+                             "(0: the product's adaptive stopping)")
+    parser.add_argument("--budget", type=float, default=0.0,
+                        help="the cell's timing budget in seconds (0: the CPU default)")
     parser.add_argument("--port", type=int, default=8850)
     args = parser.parse_args()
-    kinds = args.kinds.split(",")
+    kinds: list[str] = []
+    for part in args.kinds.split(","):
+        kind, _, count = part.partition("=")
+        kinds += [kind] * (int(count) if count else 1)
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     data = out / "data"
@@ -150,6 +162,9 @@ def main() -> int:
             "SPEEDWATCH_FAULT_SLOW_CANDIDATE": str(args.slowdown)}),
         # a variable the identity counts (benchmarks.identity) and no library reads
         "same-again": wrapper(data / "python-same-again", {"OMP_SPEEDWATCH_AA": "1"}),
+        # the candidate's own knob at 0: the candidate side's identity alone differs
+        "candidate-again": wrapper(data / "python-candidate-again", {
+            "SPEEDWATCH_ALLOW_FAULTS": "1", "SPEEDWATCH_FAULT_SLOW_CANDIDATE": "0"}),
     }
     env.update({
         "SPEEDWATCH_DATABASE_URL": f"sqlite:///{data / 'speedwatch.db'}",
@@ -195,15 +210,22 @@ def main() -> int:
         summary["baseline_wall_s"] = time.monotonic() - t0
         cli("policy", "set", "--url", url, "--token", tokens["admin"], "--project", "compare",
             "--baseline", "pinned", "--pinned-run", str(base["id"]), env=env, log=log)
-        for i in range(1, args.repeats + 1):
+        budget = ["--budget", f"{args.budget:g}"] if args.budget else []
+        n = 0
+        for _ in range(args.repeats):
             for kind in kinds:
+                n += 1
                 extra = {"same-speed": ["--pin", UNRELATED_PIN],
                          "slower": ["--interpreter", "slower"],
-                         "aa": ["--interpreter", "same-again", "--processes",
-                                str(args.aa_units), "--max-processes", str(args.aa_units)],
+                         "aa": ["--interpreter", "candidate-again"],
+                         "aa-whole": ["--interpreter", "same-again"],
                          }[kind]
+                if kind.startswith("aa") and args.aa_units:
+                    extra += ["--processes", str(args.aa_units),
+                              "--max-processes", str(args.aa_units)]
                 t0 = time.monotonic()
-                code, _ = cli(*submit, "--revision", f"{kind}-{i}", *extra, env=env, log=log)
+                code, _ = cli(*submit, "--revision", f"{kind}-{n}", *extra, *budget, env=env,
+                              log=log)
                 run = latest_run(url, tokens["read"])
                 summary["comparisons"].append(row(kind, run, code, time.monotonic() - t0))
                 (out / "summary.json").write_text(json.dumps(summary, indent=1))
