@@ -1,0 +1,117 @@
+"""Does a torch.compile build made in one process load in another, and how fast?
+
+Each phase is a fresh process with inductor and Triton caches of its own (a fresh host as
+far as caches go): `build` compiles the cell from scratch and saves inductor's cache
+artifacts (`torch.compiler.save_cache_artifacts`: FX graph, AOTAutograd, autotuning and
+Triton entries) to a file; `load` loads them first (`torch.compiler.load_cache_artifacts`)
+and then compiles the same cell; `fresh` compiles from scratch again. Each phase prints its
+compile seconds, inductor's cache counters, the build fingerprint (benchmarks.build) and
+the median of a few hundred timed calls, so it shows whether a loaded build is the built
+one and what it saves.
+
+    python -m experiments.build_reuse_probe --out /tmp/probe --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CELLS = [("constant", 1), ("constant", 32), ("tensor", 1), ("tensor", 32)]
+
+
+def phase(kind: str, weights: str, batch: int, device: str, artifact: Path) -> dict[str, Any]:
+    import torch
+    from torch._dynamo.utils import counters
+
+    from benchmarks import build
+    from benchmarks.backends.inductor import BACKEND
+    from benchmarks.models import build_model, example_input
+    from benchmarks.spec import BenchSpec
+
+    spec = BenchSpec(model="resnet50", backend="inductor", weights=weights, batch_size=batch,
+                     device=device, precision="fp16" if device == "cuda" else "fp32")
+    model = build_model(spec)
+    x = example_input(spec)
+    loaded: Any = None
+    t0 = time.perf_counter()
+    if kind == "load":
+        info = torch.compiler.load_cache_artifacts(artifact.read_bytes())
+        loaded = None if info is None else {k: len(v) for k, v in vars(info).items()
+                                            if isinstance(v, list)}
+    t_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    compiled = BACKEND.compile(model, x, spec)
+    t_compile = time.perf_counter() - t0
+    saved = None
+    if kind == "build":
+        out = torch.compiler.save_cache_artifacts()
+        if out is not None:
+            artifact.write_bytes(out[0])
+            saved = len(out[0])
+    times = []
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(30):
+        compiled.run(x)
+    sync()
+    for _ in range(200 if device == "cuda" else 20):
+        t = time.perf_counter()
+        compiled.run(x)
+        sync()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return {"phase": kind, "weights": weights, "batch": batch, "load_s": round(t_load, 3),
+            "compile_s": round(t_compile, 2), "saved_bytes": saved, "loaded": loaded,
+            "inductor_counters": dict(counters["inductor"]),
+            "aot_autograd_counters": dict(counters["aot_autograd"]),
+            "fingerprint": build.fingerprint(compiled.build_choices),
+            "median_ms": round(1000 * times[len(times) // 2], 4)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--phase", default="")
+    parser.add_argument("--weights", default="constant")
+    parser.add_argument("--batch", type=int, default=1)
+    args = parser.parse_args()
+    if args.phase:
+        print(json.dumps(phase(args.phase, args.weights, args.batch, args.device,
+                               args.out / f"{args.weights}-{args.batch}.bin"), default=str))
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for weights, batch in CELLS if args.device == "cuda" else CELLS[:1]:
+        for kind in ("build", "load", "fresh"):
+            with tempfile.TemporaryDirectory() as tmp:
+                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
+                           TRITON_CACHE_DIR=f"{tmp}/triton")
+                t0 = time.perf_counter()
+                done = subprocess.run(
+                    [sys.executable, "-m", "experiments.build_reuse_probe", "--out",
+                     str(args.out), "--device", args.device, "--phase", kind, "--weights",
+                     weights, "--batch", str(batch)],
+                    env=env, capture_output=True, text=True, check=False)
+                wall = time.perf_counter() - t0
+            if done.returncode != 0:
+                rows.append({"phase": kind, "weights": weights, "batch": batch,
+                             "error": done.stderr[-2000:]})
+            else:
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                row["process_wall_s"] = round(wall, 2)
+                rows.append(row)
+            print(json.dumps(rows[-1], default=str), flush=True)
+    (args.out / "probe.json").write_text(json.dumps(rows, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
