@@ -870,6 +870,8 @@ def merge_processes(
                if isinstance(r.evidence, dict) and r.evidence.get("build_fingerprint") else {}),
             **({"sides": r.evidence["sides"]} if isinstance(r.evidence, dict)
                and "sides" in r.evidence else {}),
+            **({"build": r.evidence["build"]} if isinstance(r.evidence, dict)
+               and isinstance(r.evidence.get("build"), dict) else {}),
         })
     evidence = dict(first.evidence)
     if isinstance(evidence.get("timing"), dict):

@@ -394,6 +394,24 @@ class CompileEvidence(Open):
     first_call_seconds: NonNegative | None = None
 
 
+class BuildEvidence(Open):
+    """Whether a process built its candidate or loaded it from the host's build cache,
+    and how long that took (benchmarks.build_cache)."""
+
+    mode: Name | None = None  # timing.builds: pinned or as-shipped
+    distinct: Count | None = None  # build fingerprints among a cell's processes
+    spread: NonNegative | None = None  # their speedups' (max - min) / median, if several
+    source: Literal["built", "loaded"] | None = None
+    seconds: NonNegative | None = None
+    built_seconds: NonNegative | None = None
+    cached: StrictBool | None = None
+    stored: StrictBool | None = None
+    key: Name | None = None
+    why_uncached: Text | None = None
+    problem: Text | None = None
+    refused: Text | None = None
+
+
 class FaultEvidence(Open):
     slow_candidate: NonNegative | None = None
 
@@ -428,6 +446,7 @@ class ProcessEvidence(Open):
     started_at: Timestamp | None = None
     finished_at: Timestamp | None = None
     sides: SidesEvidence | None = None
+    build: BuildEvidence | None = None
 
 
 class Resolvable(Open):
@@ -476,6 +495,7 @@ class EvidenceDocument(Open):
     cudnn_benchmark: StrictBool | None = None
     baseline_accuracy: AccuracyDocument | None = None
     compile: CompileEvidence | None = None
+    build: BuildEvidence | None = None
     fault: FaultEvidence | None = None
     processes: Annotated[list[ProcessEvidence], Field(max_length=MAX_PROCESSES)] | None = None
     ci_method: Method | None = None

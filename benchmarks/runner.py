@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from benchmarks import build, fingerprint, host, identity, model_ref, stats
+from benchmarks import build, build_cache, fingerprint, host, identity, model_ref, stats
 from benchmarks.accuracy import compare, tolerance
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.clocks import CUDA_CLOCK, SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
@@ -256,16 +256,19 @@ def _stage(name: str) -> Iterator[None]:
 def _compile_candidate(
     spec: BenchSpec, backend: Any, model: torch.nn.Module, x: torch.Tensor,
     reference: torch.Tensor, tol: float, on_cuda: bool, evidence: dict[str, Any],
-    peak: dict[str, int],
+    peak: dict[str, int], model_identity: str | None,
 ) -> tuple[Any, Any, float]:
-    """Compile the candidate, run it once, check its accuracy and steady-state memory:
-    (compiled, accuracy, compile seconds). Fills `evidence["compile"]` and `peak`."""
+    """Build (or load from the host's build cache) the candidate, run it once, check its
+    accuracy and steady-state memory: (compiled, accuracy, compile seconds). Fills
+    `evidence["compile"]`, `evidence["build"]` and `peak`."""
     with _stage("compile"):
         # A private copy: a backend that rewrites modules in place must not touch the baseline.
         candidate_model = copy.deepcopy(model)
         with _Peak(on_cuda) as p_compile:
             tc = time.perf_counter()
-            compiled = backend.compile(candidate_model, x, spec)
+            compiled, evidence["build"] = build_cache.built_or_loaded(
+                spec, backend, candidate_model, x, lambda: copy.deepcopy(model),
+                model_identity)
             if on_cuda:
                 torch.cuda.synchronize()
             compile_call = time.perf_counter() - tc
@@ -294,6 +297,16 @@ def _compile_candidate(
             compiled.run(x)
         peak["candidate"] = p_cand.value if on_cuda else peak["candidate_compile"]
     return compiled, accuracy, compile_call + first_call
+
+
+def _model_identity(spec: BenchSpec, model_info: dict[str, Any]) -> str | None:
+    """What names the model's weights and code for the build cache: a built-in model's
+    spec fields and the harness that builds it (both in the key already); a model of the
+    user's, the digest and fingerprint its build recorded (None without them)."""
+    if model_ref.parse(spec.model, allow_absolute=True).builtin:
+        return spec.model
+    digest, fp = model_info.get("digest"), model_info.get("fingerprint")
+    return f"{spec.model} {digest} {fp}" if digest and fp else None
 
 
 def _build(spec: BenchSpec, device: torch.device,
@@ -367,7 +380,8 @@ def _measure(
     compile_seconds: float | None = None
     if side != "baseline":
         compiled, accuracy, compile_seconds = _compile_candidate(
-            spec, backend, model, x, reference, tol, on_cuda, evidence, peak)
+            spec, backend, model, x, reference, tol, on_cuda, evidence, peak,
+            _model_identity(spec, model_info))
     if side == "candidate":
         # The candidate runs alone, as deployed: eager's weights leave the process (the
         # candidate holds its own copy) and eager is never called here.
@@ -490,7 +504,7 @@ def _measure(
     if compiled is not None:
         evidence.update(compiled.evidence)
         # what the build chose, hashed (benchmarks.build): equal fingerprints, same code
-        evidence["build"] = {"mode": policy.builds}
+        evidence["build"] = {"mode": policy.builds, **(evidence.get("build") or {})}
         if compiled.build_choices is not None:
             evidence["build_fingerprint"] = build.fingerprint(compiled.build_choices)
             evidence["build_choices"] = compiled.build_choices

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from collections.abc import Iterator
 
 import psycopg
@@ -35,6 +36,10 @@ from app.services.tokens import create_token
 # re-measure nearly every cell of every test. Its own tests set a threshold of their own;
 # processes the tests start (serve, worker, demo) inherit this.
 os.environ.setdefault("SPEEDWATCH_MAX_HOST_LOAD", "4096")
+# Builds kept for later processes (benchmarks.build_cache) go to a directory of this test
+# session's, never the user's own cache; the tests of the cache name directories of their own.
+os.environ.setdefault("SPEEDWATCH_BUILD_CACHE_DIR",
+                      tempfile.mkdtemp(prefix="speedwatch-test-builds-"))
 
 PG_HOST = "127.0.0.1"
 PG_PORT = 5432

@@ -53,6 +53,11 @@ class Compiled:
     # backend whose work torch.profiler cannot see (ONNX Runtime's nodes, TensorRT's
     # layers). None: the runner profiles `run` with torch.profiler.
     profile: Callable[[torch.Tensor, int], dict[str, Any]] | None = None
+    # What a fresh build leaves for the host's build cache (benchmarks.build_cache): plain
+    # file names -> bytes, from a backend's `compile_cached(..., None)`; None with
+    # `artifacts_missing` saying why there is nothing to keep.
+    artifacts: dict[str, bytes] | None = None
+    artifacts_missing: str | None = None
 
 
 class Backend(Protocol):
@@ -64,4 +69,15 @@ class Backend(Protocol):
 
     def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
         """Build the optimized candidate for `model` (eval mode, spec's device and dtype)."""
+        ...
+
+
+class CachingBackend(Backend, Protocol):
+    """A backend whose builds a later process can load (benchmarks.build_cache)."""
+
+    def compile_cached(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec,
+                       artifacts: dict[str, bytes] | None) -> Compiled:
+        """With `artifacts`: the build they hold, loaded (its build_choices as loaded, for
+        the fingerprint check). Without: a fresh build, as `compile`, that also fills
+        `Compiled.artifacts` (or `artifacts_missing`)."""
         ...

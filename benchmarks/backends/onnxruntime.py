@@ -22,6 +22,7 @@ output are bound by pointer to the torch tensors: zero copy on CPU and on CUDA.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import shutil
 import tempfile
@@ -62,6 +63,12 @@ OUTPUT_NAME = "output"
 
 class OnnxExportError(RuntimeError):
     """Export failed for a reason other than an op without an ONNX translation."""
+
+
+# An ONNX Runtime build in the host's build cache (benchmarks.build_cache).
+ORT_EXPORTED = "exported.onnx"
+ORT_QUANTIZED = "quantized.onnx"
+ORT_BUILD_META = "export.json"
 
 
 def _ort() -> Any:
@@ -284,6 +291,18 @@ class OnnxRuntimeBackend:
         return None
 
     def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
+        return self._compile(model, example, spec, None, keep=False)
+
+    def compile_cached(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec,
+                       artifacts: dict[str, bytes] | None) -> Compiled:
+        """The build a later process loads is the graph ONNX Runtime starts from (the
+        export, and for int8 the quantized graph): exporting and calibrating are the slow,
+        torch-dependent part; the session's own optimisation of that graph runs in every
+        process, as deployed, and its result is what the build fingerprint checks."""
+        return self._compile(model, example, spec, artifacts, keep=artifacts is None)
+
+    def _compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec,
+                 loaded: dict[str, bytes] | None, *, keep: bool) -> Compiled:
         import onnx
         import torch
 
@@ -296,8 +315,14 @@ class OnnxRuntimeBackend:
         workdir.mkdir(parents=True, exist_ok=True)
         try:
             exported_path = workdir / "model.onnx"
+            keeps: dict[str, bytes] = {}
             try:
-                exporter, opset = _export(model, example, exported_path, spec)
+                if loaded is not None:
+                    meta = json.loads(loaded[ORT_BUILD_META])
+                    exporter, opset = str(meta["exporter"]), int(meta["opset"])
+                    exported_path.write_bytes(loaded[ORT_EXPORTED])
+                else:
+                    exporter, opset = _export(model, example, exported_path, spec)
             except OnnxExportError as exc:
                 if model_ref.parse(spec.model, allow_absolute=True).builtin:
                     raise  # the built-in models export: failing to is a finding
@@ -312,8 +337,19 @@ class OnnxRuntimeBackend:
             weights: dict[str, np.ndarray] = {}
             session_path = exported_path
             quantized: dict[str, Any] = {}
-            if spec.precision == "int8":
+            if spec.precision == "int8" and loaded is not None:
+                session_path = workdir / "model.int8.onnx"
+                session_path.write_bytes(loaded[ORT_QUANTIZED])
+                quantized = dict(meta["quantized"])
+            elif spec.precision == "int8":
                 session_path, quantized = _quantize_static(exported_path, example, spec)
+            if keep:
+                keeps[ORT_EXPORTED] = exported_path.read_bytes()
+                keeps[ORT_BUILD_META] = json.dumps(
+                    {"exporter": exporter, "opset": opset, "quantized": quantized},
+                    sort_keys=True, default=str).encode()
+                if spec.precision == "int8":
+                    keeps[ORT_QUANTIZED] = session_path.read_bytes()
             if spec.weights == "tensor":
                 rewritten, weights = weights_to_inputs(exported)
                 session_path = workdir / "model.tensor-weights.onnx"
@@ -375,7 +411,8 @@ class OnnxRuntimeBackend:
                                         level_name, threads, x, inferences)
         return Compiled(run=run, evidence=evidence, cuda_graph_safe=False,
                         versions={"onnxruntime": ort.__version__, "onnx": onnx.__version__},
-                        build_choices=graph_choices(optimized), profile=profile)
+                        build_choices=graph_choices(optimized), profile=profile,
+                        artifacts=keeps or None)
 
 
 def _profile_session(graph: bytes, weights: dict[str, np.ndarray], example: torch.Tensor,
