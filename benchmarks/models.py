@@ -226,19 +226,25 @@ def _calibrate_batchnorm(model: nn.Module, generator: torch.Generator) -> None:
     model.eval()
 
 
-def build_model(spec: BenchSpec) -> nn.Module:
-    """The spec's model in eval mode, fp32, on CPU; same spec -> same weights, bit for bit."""
+def build_model(spec: BenchSpec, *, initialise: bool = True) -> nn.Module:
+    """The spec's model in eval mode, fp32, on CPU; same spec -> same weights, bit for bit.
+
+    `initialise=False`: the architecture alone, its tensors on the meta device, for
+    `load_state_dict(..., assign=True)` of weights built before (benchmarks.build_cache)."""
     if spec.model not in _ARCHITECTURES:
         raise ValueError(f"model: {spec.model!r} is not one of {', '.join(_ARCHITECTURES)}")
     block, layers = _ARCHITECTURES[spec.model]
     torch.manual_seed(spec.seed)
-    model = ResNet(
-        block,
-        layers,
-        width=spec.width,
-        num_classes=spec.num_classes,
-        break_after_stage=2 if spec.model == "resnet50-customop" else None,
-    )
+    with torch.device("cpu" if initialise else "meta"):
+        model = ResNet(
+            block,
+            layers,
+            width=spec.width,
+            num_classes=spec.num_classes,
+            break_after_stage=2 if spec.model == "resnet50-customop" else None,
+        )
+    if not initialise:
+        return model
     generator = torch.Generator().manual_seed(spec.seed)
     _init_weights(model, generator)
     _calibrate_batchnorm(model, generator)

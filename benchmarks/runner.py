@@ -43,7 +43,7 @@ from benchmarks import build, build_cache, fingerprint, host, identity, model_re
 from benchmarks.accuracy import compare, tolerance
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.clocks import CUDA_CLOCK, SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
-from benchmarks.models import build_model, example_input, model_dtype
+from benchmarks.models import example_input, model_dtype
 from benchmarks.result import BenchResult
 from benchmarks.spec import LATER_PROCESS_OPTION, BenchSpec, SpecError, profiled_here
 from benchmarks.timing import capture_cuda_graph, time_paired
@@ -299,6 +299,10 @@ def _compile_candidate(
     return compiled, accuracy, compile_call + first_call
 
 
+# _build's note of how a built-in model's weights came (benchmarks.build_cache.built_model)
+MODEL_BUILD = "_model_build"
+
+
 def _model_identity(spec: BenchSpec, model_info: dict[str, Any]) -> str | None:
     """What names the model's weights and code for the build cache: a built-in model's
     spec fields and the harness that builds it (both in the key already); a model of the
@@ -318,7 +322,9 @@ def _build(spec: BenchSpec, device: torch.device,
     raise own_models.ModelUnavailable, which skips the cell."""
     ref = model_ref.parse(spec.model, allow_absolute=True)
     if ref.builtin:
-        model = build_model(spec).to(device)
+        built, model_build = build_cache.built_model(spec)
+        model_info[MODEL_BUILD] = model_build
+        model = built.to(device)
         x32 = example_input(spec).to(device)
         with torch.inference_mode(), _exact_fp32():
             reference = model(x32).float()
@@ -365,6 +371,8 @@ def _measure(
     with _stage("build"):
         with _Peak(on_cuda) as p_base:
             model, x32, reference = _build(spec, device, model_info)
+            if MODEL_BUILD in model_info:  # a built-in model's weights: built or loaded
+                evidence["model_build"] = model_info.pop(MODEL_BUILD)
             model = model.to(dtype)
             x = x32.to(dtype)
             with torch.inference_mode():

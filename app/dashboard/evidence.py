@@ -18,7 +18,7 @@ MEASUREMENT_KEYS = frozenset({"adaptive", "compile", "processes", "timing", "ci_
                               # each side's own timing window, medians and timestamps
                               "sides",
                               # the build's whole description is told by its fingerprint
-                              "build_choices", "build",
+                              "build_choices", "build", "model_build",
                               # told as "what got slower" (regression and compare pages)
                               "profile", "profile_error"})
 # The entry that says whether two results ran the same code, in the words the evidence
@@ -109,3 +109,31 @@ def outcome(verdict: str | None, status: str | None) -> str:
     if verdict in ("inconclusive", "suspect", "unconfirmed") or status == "skipped":
         return "warn"
     return "ok"
+
+
+def build_summary(evidence: dict[str, Any] | None) -> str | None:
+    """How a cell's processes came by their candidate: "built 18.7 s, then loaded 2x
+    (13.1-13.4 s)", or "loaded 3x (6.2-6.5 s)" when an earlier run had built it; None for
+    a result that does not say (older results, no candidate)."""
+    if not isinstance(evidence, dict):
+        return None
+    processes = evidence.get("processes")
+    records = [p.get("build") for p in processes if isinstance(p, dict)] \
+        if isinstance(processes, list) else [evidence.get("build")]
+    seen = [(str(r.get("source")), float(r["seconds"])) for r in records
+            if isinstance(r, dict) and r.get("source") in ("built", "loaded")
+            and isinstance(r.get("seconds"), (int, float))]
+    if not seen:
+        return None
+    parts = []
+    for source in ("built", "loaded"):
+        times = [s for kind, s in seen if kind == source]
+        if not times:
+            continue
+        span = f"{min(times):.1f} s" if len(times) == 1 or max(times) - min(times) < 0.05 \
+            else f"{min(times):.1f}-{max(times):.1f} s"
+        parts.append(f"{source} {span}" if len(times) == 1 else
+                     f"{source} {len(times)}x ({span})")
+    refused = [r["refused"] for r in records if isinstance(r, dict) and r.get("refused")]
+    text = ", then ".join(parts)
+    return f"{text}; refused a stored build: {refused[0]}" if refused else text

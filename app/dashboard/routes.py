@@ -505,6 +505,7 @@ def run_page(
         request, "run.html", run=run, cells=[
             {"cell": c, "result": r, "evidence": evidence_view.flat(r.evidence if r else None),
              "changes": changes(c, r), "reasons": reasons(c, r),
+             "builds": evidence_view.build_summary(r.evidence if r else None),
              "outcome": outcomes[c.series_key]}
             for c, r in cells],
         run_reasons=[(reason, reason_outcome(reason)) for reason in run.reasons or []],

@@ -101,7 +101,7 @@ def test_a_partial_entry_is_rebuilt(cache_root: Path) -> None:
 def test_a_loaded_build_whose_fingerprint_differs_is_refused_with_the_reason(
         cache_root: Path) -> None:
     spec = ort_spec()
-    _, built = build_once(spec)
+    build_once(spec)
     meta_path = entry_dir(cache_root) / build_cache.ENTRY_FILE
     meta = json.loads(meta_path.read_text())
     meta["fingerprint"] = "0123456789ab"  # files intact: only the build they make differs

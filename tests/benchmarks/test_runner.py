@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import benchmarks.runner as runner
+from benchmarks import build_cache
 from benchmarks.backends import BackendUnavailable, Compiled, get_backend
 from benchmarks.result import BenchResult
 from benchmarks.runner import run_spec
@@ -197,14 +198,15 @@ def test_backend_never_sees_the_baseline_module(
             return Compiled(run=model)
 
     built: list[torch.nn.Module] = []
-    original_build = runner.build_model
+    original_build = build_cache.built_model
 
-    def build_and_keep(spec: BenchSpec) -> torch.nn.Module:
-        built.append(original_build(spec))
-        return built[-1]
+    def build_and_keep(spec: BenchSpec) -> tuple[torch.nn.Module, dict[str, Any]]:
+        model, info = original_build(spec)
+        built.append(model)
+        return model, info
 
     monkeypatch.setattr(runner, "get_backend", lambda name: Vandal("vandal"))
-    monkeypatch.setattr(runner, "build_model", build_and_keep)
+    monkeypatch.setattr(build_cache, "built_model", build_and_keep)
     result = run_spec(tiny_spec())
     assert seen["model"] is not built[0]
     assert all(p.abs().sum() > 0 for p in built[0].parameters())  # baseline untouched

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from app.config import Settings
+from app.dashboard import evidence as evidence_view
 from app.dashboard import figures
 from app.db import get_engine
 from app.main import create_app
@@ -517,3 +518,22 @@ def test_the_run_page_colours_each_reason_by_its_cells_outcome(
     assert {o for o, r in reasons if r.startswith(regression["series_key"] + ":")} == {"bad"}
     assert any(o == "ok" for o, _ in reasons)  # the cells that passed are not red
     assert 'class="cell outcome-bad"' in page and 'class="cell outcome-ok"' in page
+
+
+def test_a_cell_says_whether_its_processes_built_or_loaded_the_candidate_and_how_long() -> None:
+    def processes(*builds: dict[str, Any]) -> dict[str, Any]:
+        return {"processes": [{"build": b} for b in builds]}
+
+    built = {"source": "built", "seconds": 18.72}
+    assert evidence_view.build_summary(processes(
+        built, {"source": "loaded", "seconds": 13.1}, {"source": "loaded", "seconds": 13.44},
+    )) == "built 18.7 s, then loaded 2x (13.1-13.4 s)"
+    assert evidence_view.build_summary(processes(
+        *[{"source": "loaded", "seconds": 6.2}] * 3)) == "loaded 3x (6.2 s)"
+    refused = {"source": "built", "seconds": 20.0, "refused": "the loaded build's fingerprint "
+               "a is not the stored build's b: entry k removed, built afresh"}
+    assert "refused a stored build: the loaded build's fingerprint a" in str(
+        evidence_view.build_summary(processes(refused)))
+    # older results and results without a candidate say nothing
+    assert evidence_view.build_summary({"processes": [{"speedup": 1.2}]}) is None
+    assert evidence_view.build_summary(None) is None
