@@ -56,7 +56,7 @@ def test_a_token_that_ends_in_a_newline_is_used_and_never_printed(
 
 @pytest.mark.parametrize(("given", "named"), [("variable", "SPEEDWATCH_TOKEN"),
                                               ("flag", "--token")])
-@pytest.mark.parametrize("inside", [" ", "\n", "\t", "\x00", "é"])
+@pytest.mark.parametrize("inside", [" ", "\n", "\t", "\x7f", "é"])
 def test_a_token_with_whitespace_or_a_control_inside_is_refused_in_one_line_naming_its_source(
     api_url: str, ci_token: str, tmp_path: Path, given: str, named: str, inside: str,
 ) -> None:
@@ -64,12 +64,8 @@ def test_a_token_with_whitespace_or_a_control_inside_is_refused_in_one_line_nami
     env = {"SPEEDWATCH_URL": api_url}
     args = [*SUBMIT, "--revision", "broken"]
     if given == "variable":
-        if "\x00" in inside:
-            pytest.skip("an environment variable cannot hold a NUL byte")
         env["SPEEDWATCH_TOKEN"] = broken
     else:
-        if "\x00" in inside:
-            pytest.skip("an argument cannot hold a NUL byte")
         args += ["--token", broken]
     done = _speedwatch(args, env, tmp_path)
     assert done.returncode == 2

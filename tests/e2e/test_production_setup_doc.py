@@ -78,12 +78,13 @@ def test_following_the_production_setup_page_signs_in_to_a_private_dashboard(
         with psycopg.connect(admin_url.rsplit("/", 1)[0] + f"/{name}") as db:
             owner, superuser, create_db = db.execute(
                 "SELECT pg_get_userbyid(d.datdba), r.rolsuper, r.rolcreatedb FROM pg_database d "
-                "JOIN pg_roles r ON r.rolname = %s WHERE d.datname = %s", (name, name)).one()
+                "JOIN pg_roles r ON r.rolname = %s WHERE d.datname = %s", (name, name)).fetchone() \
+                or (None, None, None)
             tables_owner = db.execute(
-                "SELECT tableowner FROM pg_tables WHERE tablename = 'api_tokens'").one()[0]
+                "SELECT tableowner FROM pg_tables WHERE tablename = 'api_tokens'").fetchone()
             scopes = sorted(s for (s,) in db.execute(
                 "SELECT scopes->>0 FROM api_tokens").fetchall())
-        assert (owner, superuser, create_db, tables_owner) == (name, False, False, name)
+        assert (owner, superuser, create_db, tables_owner) == (name, False, False, (name,))
         assert scopes == ["admin", "ci", "read"]
     finally:
         pid = tmp_path / "redis.pid"
