@@ -13,6 +13,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -144,12 +145,16 @@ class Settings(BaseSettings):
     db_connect_timeout_seconds: int = Field(default=5, ge=1)
     db_statement_timeout_ms: int = Field(default=15_000, ge=100)
     db_pool_size: int = Field(default=5, ge=1)
-    # Admission (app.api.admission): requests in flight per process and per client (token,
-    # else address); beyond them a request waits up to admission_wait_seconds, then 429 with
-    # Retry-After. Unset: two connections in three of the pool (pool_size + 2 x pool_size
-    # overflow), half of that per client, so an admitted request always gets a connection.
+    # Admission (app.api.admission): requests in flight per process, per verified identity
+    # (a token of every project; the tokens of a project together), and of every request
+    # with no verified token together (anonymous reads, the pages' sign-out, tokens that
+    # name nothing); beyond them a request waits up to admission_wait_seconds, then 429
+    # with Retry-After. Unset: two connections in three of the pool (pool_size + 2 x
+    # pool_size overflow), half of that per identity, a fifth for the anonymous (at least
+    # 1), so an admitted request always gets a connection and strangers never fill it.
     max_requests_in_flight: int | None = Field(default=None, ge=1, le=10_000)
     max_requests_per_client: int | None = Field(default=None, ge=1, le=10_000)
+    max_anonymous_requests_in_flight: int | None = Field(default=None, ge=1, le=10_000)
     admission_wait_seconds: float = Field(default=2.0, ge=0, le=60)
     # a request's whole body must arrive within this long of its start (else 408)
     body_read_timeout_seconds: float = Field(default=15.0, gt=0, le=600)
@@ -169,6 +174,12 @@ class Settings(BaseSettings):
     # by default, `speedwatch worker --queues webhooks,maintenance`): behind benchmark cells
     # on `cpu` they piled up during an outage and ran long after it ended.
     maintenance_queue: str = "maintenance"
+    # The address users reach this server by (https://speedwatch.example.com): what a repro
+    # bundle's README names as the server that stored the result, and an origin the pages'
+    # sign-in accepts besides the request's own host. Never taken from a request's Host
+    # header, which the client writes. None: the README names no address.
+    public_url: str | None = Field(default=None, max_length=300,
+                                   pattern=r"^https?://[^\s/?#@]+(/[^\s?#]*)?$")
     # `speedwatch serve`
     host: str = "127.0.0.1"
     port: int = 8000
@@ -197,10 +208,19 @@ class Settings(BaseSettings):
         if self.database_url.startswith("sqlite"):
             problems.append("database_url: SQLite is the embedded default, not a production store")
         for name in ("database_url", "broker_url"):
+            if name == "database_url" and self.database_url.startswith("sqlite"):
+                continue
+            if name == "broker_url" and self.executor != "celery":
+                continue  # no broker is used
             password = _url_password(getattr(self, name))
-            if password == "":
+            if password is None:
+                # anyone who reaches the port could then read or rewrite the store, or
+                # queue work for the workers
+                problems.append(f"{name}: has no password (write it in the URL: "
+                                "scheme://user:PASSWORD@host/...)")
+            elif password == "":
                 problems.append(f"{name}: has an empty password")
-            elif password is not None and password.lower() in PLACEHOLDER_PASSWORDS:
+            elif password.lower() in PLACEHOLDER_PASSWORDS:
                 problems.append(f"{name}: uses the placeholder password {password!r}")
         if self.executor == "local":
             problems.append("executor: 'local' runs benchmarks inside the API process")
@@ -231,10 +251,12 @@ class Settings(BaseSettings):
         """Every device a run may ask for: cpu plus the keys of gpu_queues."""
         return ["cpu", *sorted(self.gpu_queues)]
 
-    def admission_limits(self) -> tuple[int, int]:
-        """(requests in flight, of which one client's), defaults from the pool's size."""
+    def admission_limits(self) -> tuple[int, int, int]:
+        """(requests in flight, of which one identity's, of which the anonymous'), the
+        defaults from the pool's size."""
         total = self.max_requests_in_flight or max(2, self.db_pool_size * 2)
-        return total, min(total, self.max_requests_per_client or max(1, total // 2))
+        return (total, min(total, self.max_requests_per_client or max(1, total // 2)),
+                min(total, self.max_anonymous_requests_in_flight or max(1, total // 5)))
 
     def queue_names(self) -> list[str]:
         """All queues, for workers and the Celery app to declare explicitly."""
@@ -243,8 +265,13 @@ class Settings(BaseSettings):
 
 
 def _url_password(url: str) -> str | None:
-    match = re.match(r"^[a-z0-9+]+://[^:/@]*:([^@]*)@", url)
-    return match.group(1) if match else None
+    """The URL's password (its user info, else a `password=` query parameter as libpq
+    takes it), None when it has none."""
+    match = re.match(r"^[a-z0-9+]+://[^:/@]*:([^@/]*)@", url)
+    if match:
+        return match.group(1)
+    query = parse_qs(urlsplit(url).query, keep_blank_values=True).get("password")
+    return query[0] if query else None
 
 
 @lru_cache(maxsize=1)

@@ -136,14 +136,18 @@ def named_interpreter(
 ANY_PACKAGE = "*"
 
 
-def model_refusal(reference: str, model_packages: Sequence[str]) -> str | None:
+def model_refusal(reference: str, model_packages: Sequence[str], *,
+                  allow_absolute: bool = False) -> str | None:
     """Why a run may not name this model here (one line), or None when it may.
 
-    The form must be one the API accepts (a relative `file:` path, no URL), and a factory's
-    top-level package must be in `model_packages` ("*": any, for a single-user host).
+    The form must be one the API accepts (a relative `file:` path, no URL; an absolute one
+    only with `allow_absolute`, for a result measured on the user's own machine), never
+    the standard library, and a factory's top-level package must be in `model_packages`
+    ("*": any, for a single-user host). The same rule for a trigger and for a stored
+    result: a stored spec is what a repro bundle measures again on someone's machine.
     """
     try:
-        ref = model_ref.parse(reference)
+        ref = model_ref.parse(reference, allow_absolute=allow_absolute)
     except model_ref.ModelRefError as exc:
         return str(exc)
     if ref.kind != "factory":

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
+from app.api import access_log
 from app.api.admission import AdmissionMiddleware, Limits
 from app.api.middleware import (
     JsonDepthLimitMiddleware,
@@ -43,6 +45,7 @@ from app.dashboard import routes as dashboard
 from app.dashboard import session as page_session
 from app.db import make_engine
 from app.errors import install_exception_handlers
+from app.services.tokens import admission_group
 from workers import dispatch
 
 DESCRIPTION = """\
@@ -63,9 +66,16 @@ is a 403. Errors are
 MAX_JSON_BODY_DEPTH = 32
 
 
+def _admission_group(make_session: sessionmaker[Session], plaintext: str) -> str | None:
+    """Whose places a request with this token takes (app.api.admission), from the store."""
+    with make_session() as session:
+        return admission_group(session, plaintext)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     dispatch.install()  # the services send cells and deliveries through app.ports
+    access_log.install()  # no token a client put in a URL reaches uvicorn's access log
     engine = make_engine(settings)
 
     @asynccontextmanager
@@ -88,11 +98,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_exception_handlers(app)
     # Added first, so it runs inside admission: it reads only bodies already bounded.
     app.add_middleware(JsonDepthLimitMiddleware, max_depth=MAX_JSON_BODY_DEPTH)
-    total, per_client = settings.admission_limits()
+    total, per_client, anonymous = settings.admission_limits()
     app.add_middleware(AdmissionMiddleware, limits=Limits(
-        total=total, per_client=per_client, wait_s=settings.admission_wait_seconds,
+        total=total, per_client=per_client, anonymous=anonymous,
+        wait_s=settings.admission_wait_seconds,
         body_timeout_s=settings.body_read_timeout_seconds,
-        max_body_bytes=settings.max_body_bytes))
+        max_body_bytes=settings.max_body_bytes,
+        lookups=max(1, settings.db_pool_size // 2)),
+        identify=partial(_admission_group, app.state.sessionmaker))
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(SecurityHeadersMiddleware)
     for module in (runs, results, series, compare, health, metrics, regressions, tokens,

@@ -27,7 +27,11 @@ from benchmarks.spec import (
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields refused, and every value of its JSON type (strict):
+    "0.5" or true is no number, "yes", "true" or 1 no boolean, "3" no integer. Coercing
+    them let a typo pass as a value nobody sent (a string "false" read as true)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class PublicModel(BaseModel):

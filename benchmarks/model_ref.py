@@ -17,7 +17,9 @@ and a model that changed starts a series of its own instead of being compared wi
 old one. `file:` paths are refused when they could leave the directories they are looked
 up in (`..`, a URL, a backslash); absolute paths only where the caller allows them (the
 local `speedwatch bench`, never the API). The prefixes `file`, `torchvision` and `timm`
-are reserved: a Python package of one of those names cannot be named by the factory form.
+are reserved: a Python package of one of those names cannot be named by the factory form,
+and neither can the standard library (`not_a_model_package`): this rule holds wherever a
+spec is read (the API, a worker, `speedwatch bench --spec`, a stored result).
 
 No torch here: the API validates with this module and never imports torch.
 """
@@ -25,6 +27,7 @@ No torch here: the API validates with this module and never imports torch.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -134,11 +137,26 @@ def parse(text: object, *, allow_absolute: bool = False) -> ModelRef:
         raise ModelRefError(f"{text!r}: expected package.module:factory (Python names "
                             "separated by dots, one ':' before the factory)")
     attr = match.group(2)
+    package = match.group(1).split(".", 1)[0]
+    if not_a_model_package(package):
+        raise ModelRefError(f"{text!r}: {package!r} is Python's own (the standard library "
+                            "or a private module), not a package of models; name a factory "
+                            "that your own package defines")
     if not _FACTORY_NAME_RE.match(attr):
         raise ModelRefError(f"{text!r}: the factory is one name defined in the module "
                             f"({attr!r} is an attribute path or a private name; write "
                             "package.module:factory)")
     return ModelRef("factory", text, module=match.group(1), attr=attr)
+
+
+def not_a_model_package(package: str) -> bool:
+    """Whether a top-level name is Python's own: a module of the standard library (or
+    one built into the interpreter) or a private name (`__main__`, `_thread`). A function
+    of those called with the batch size is a command, not a model (`subprocess:getoutput`
+    ran one; `code:interact` opens a console), and it is importable everywhere a spec may
+    be measured or reproduced, whatever the server lists."""
+    return (package in sys.stdlib_module_names or package in sys.builtin_module_names
+            or package.startswith("_"))
 
 
 def _parse_file(text: str, path: str, *, allow_absolute: bool) -> ModelRef:

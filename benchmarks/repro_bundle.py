@@ -11,8 +11,10 @@ import tarfile
 from typing import Any
 
 
-def bundle_files(result: dict[str, Any], url: str) -> dict[str, str]:
-    """The bundle's files by name (text), from `GET /api/v1/results/{id}`."""
+def bundle_files(result: dict[str, Any], url: str | None) -> dict[str, str]:
+    """The bundle's files by name (text), from `GET /api/v1/results/{id}`; `url` is the
+    server's address as its operator configured it (or as the user typed it), None when
+    there is none to name."""
     document = result["document"]
     spec = document["spec"]
     pins = list(result.get("pins") or [])
@@ -47,7 +49,8 @@ def bundle_files(result: dict[str, Any], url: str) -> dict[str, str]:
         f"# Reproduce result {result['result_id']}",
         "",
         f"Series `{result['series_key']}`, project {result['project']}, revision "
-        f"{result['revision']}, run {result['run_id']} on {url}.",
+        f"{result['revision']}, run {result['run_id']} on "
+        f"{url or 'the Speedwatch server that stored it'}.",
         "",
         f"Stored: {stored} on {where or 'an unrecorded machine'}.",
         "",
@@ -73,7 +76,7 @@ def bundle_files(result: dict[str, Any], url: str) -> dict[str, str]:
     }
 
 
-def archive(result: dict[str, Any], url: str) -> bytes:
+def archive(result: dict[str, Any], url: str | None) -> bytes:
     """The bundle as a .tar.gz whose files sit in repro-RESULT_ID/."""
     buffer = io.BytesIO()
     folder = f"repro-{result['result_id']}"

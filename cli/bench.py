@@ -63,7 +63,16 @@ def local_models(models: str) -> str:
 
 
 def specs_from_file(path: Path) -> list[Any]:
-    """The spec (or list of specs) a JSON file holds, validated; BadInput naming --spec."""
+    """The spec (or list of specs) a JSON file holds, validated; BadInput naming --spec and
+    the field, in one line.
+
+    A spec file may come from someone else (a repro bundle holds a stored result's spec), so
+    it meets the rules a stored spec meets: the result schema's types
+    (benchmarks.result_schema.SpecDocument, so `options.threads` is a count, not text), then
+    BenchSpec.validate (names, ranges, and the model rule: never the standard library)."""
+    from pydantic import ValidationError
+
+    from benchmarks.result_schema import SpecDocument, error_message, error_path
     from benchmarks.spec import BenchSpec, SpecError
 
     try:
@@ -79,12 +88,24 @@ def specs_from_file(path: Path) -> list[Any]:
         if not isinstance(item, dict):
             raise BadInput(f"{where}: a spec is a JSON object")
         try:
+            SpecDocument.model_validate(item)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise BadInput(f"{where}: {error_path(first['loc'])}: "
+                           f"{error_message(first)}") from None
+        try:
             spec = BenchSpec.from_dict(item)
             spec.validate()
         except (SpecError, TypeError, ValueError) as exc:
-            raise BadInput(f"{where}: {exc}") from None
+            raise BadInput(f"{where}: {_one_line(str(exc))}") from None
         specs.append(spec)
     return specs
+
+
+def _one_line(text: str) -> str:
+    """The first line of a message (a value quoted in it may hold a newline)."""
+    lines = text.strip().splitlines()
+    return lines[0] if lines else "invalid"
 
 
 def register(cli: typer.Typer) -> None:

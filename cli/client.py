@@ -6,6 +6,7 @@ the contract with CI: 0 pass, 1 regression, 2 error, 3 inconclusive.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -26,6 +27,38 @@ class ClientError(Exception):
     """Something the user must fix or retry; the message is the one line CI shows."""
 
 
+TOKEN_ENV = "SPEEDWATCH_TOKEN"
+
+
+def clean_token(token: str | None) -> str | None:
+    """The token as a header may carry it: the whitespace around it dropped (a secret saved
+    with `echo` ends in a newline, which made the request fail with an error that printed
+    the whole token). Whitespace or any other character that is not printable ASCII inside
+    it is a ClientError naming where the token came from, never showing it. "" is no
+    token."""
+    if token is None:
+        return None
+    stripped = token.strip()
+    if not stripped:
+        return None
+    if not all("!" <= c <= "~" for c in stripped):
+        where = TOKEN_ENV if os.environ.get(TOKEN_ENV) == token else "--token"
+        what = ("whitespace" if any(c.isspace() for c in stripped)
+                else "a character that is not printable ASCII")
+        raise ClientError(f"{where}: the token has {what} inside it; a token is one word "
+                          "(sw_ and letters, digits, '-' and '_'): copy it again")
+    return stripped
+
+
+# Failures of the connection a retry may cure (a server restarting, a network blip); any
+# other (a header no request may carry, a URL of another scheme, a bad proxy) fails again.
+def _transient(exc: Exception) -> bool:
+    import httpx
+
+    return isinstance(exc, (httpx.TimeoutException, httpx.NetworkError,
+                            httpx.RemoteProtocolError))
+
+
 # ---- HTTP ----------------------------------------------------------------------------------
 
 class Api:
@@ -36,6 +69,8 @@ class Api:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         import httpx
 
+        token = clean_token(token)
+        self._token = token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base = url.rstrip("/")
         # request field -> the flag the user typed, so a refusal names what to change
@@ -61,15 +96,14 @@ class Api:
             attempt += 1
             try:
                 response = self._client.request(method, path, **kwargs)
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 # a server restarting comes back within seconds; a wrong URL never does,
                 # so a connection that failed is tried again twice, not `attempts` times
-                if safe and attempt < min(self.attempts, CONNECT_ATTEMPTS):
+                if safe and _transient(exc) and attempt < min(self.attempts, CONNECT_ATTEMPTS):
                     self._pause(method, path, f"{type(exc).__name__}", attempt, None)
                     continue
-                raise ClientError(
-                    f"cannot reach {self.base}: {type(exc).__name__}: {exc}".strip()
-                ) from None
+                reason = self._without_token(f"{type(exc).__name__}: {exc}".strip())
+                raise ClientError(f"cannot reach {self.base}: {reason}") from None
             if attempt < self.attempts and (response.status_code == 429 or (
                     safe and response.status_code in (502, 503, 504))):
                 self._pause(method, path, f"HTTP {response.status_code}", attempt,
@@ -88,6 +122,10 @@ class Api:
         if not isinstance(data, dict):
             raise ClientError(f"{method} {path}: unexpected answer {str(data)[:100]}")
         return data
+
+    def _without_token(self, text: str) -> str:
+        """`text` (an error's words) with the token blanked out wherever it appears."""
+        return text.replace(self._token, "sw_...") if self._token else text
 
     def _pause(self, method: str, path: str, why: str, attempt: int,
                retry_after: str | None) -> None:

@@ -50,8 +50,13 @@ def main() -> None:
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
 
+    from cli.client import EXIT_ERROR, ClientError
+
     try:
         cli()
+    except ClientError as exc:  # one a command did not catch itself (a bad token's)
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_ERROR) from None
     except (ValidationError, SettingsError) as exc:
         if isinstance(exc, ValidationError) and exc.title != "Settings":
             raise

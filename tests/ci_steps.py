@@ -51,21 +51,62 @@ def github_submit_step(secrets: dict[str, str],
     return step["run"], env
 
 
-def gitlab_job(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The component's job with the example include's inputs (and the defaults) filled in."""
-    spec_doc, job_doc = COMPONENT.read_text().split("\n---\n", 1)
-    spec = yaml.safe_load(spec_doc)["spec"]["inputs"]
-    [include] = yaml.safe_load(GITLAB_INCLUDE.read_text())["include"]
-    inputs = {name: s.get("default") for name, s in spec.items()}
-    inputs.update(include.get("inputs", {}))
-    inputs.update(overrides or {})
-    missing = [name for name, value in inputs.items() if value is None]
-    assert not missing, f"the example include leaves inputs without defaults out: {missing}"
+def gitlab_spec() -> dict[str, dict[str, Any]]:
+    """The component's `spec:inputs`: each input's type, default and regex."""
+    spec_doc = COMPONENT.read_text().split("\n---\n", 1)[0]
+    inputs: dict[str, dict[str, Any]] = yaml.safe_load(spec_doc)["spec"]["inputs"]
+    return inputs
+
+
+def gitlab_refusal(name: str, value: Any) -> str | None:
+    """Why GitLab refuses `value` for input `name` when it creates the pipeline (the input's
+    `type`, then its `regex`), or None. GitLab matches with RE2, where `$` is the end of the
+    text; Python's `$` also matches before a final newline, so it is read as `\\Z`."""
+    spec = gitlab_spec()[name]
+    kind = spec.get("type", "string")
+    if kind == "boolean":
+        return None if isinstance(value, bool) else f"{name}: not a boolean"
+    if kind == "number":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else f"{name}: not a number"
+    if not isinstance(value, str):
+        return f"{name}: not a string"
+    pattern = spec.get("regex")
+    if pattern is not None:
+        python = pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern
+        if re.search(python, value) is None:
+            return f"{name}: does not match {pattern}"
+    return None
+
+
+def gitlab_render(inputs: dict[str, Any]) -> str:
+    """The job document with `$[[ inputs.x ]]` replaced by each value's text, as GitLab
+    interpolates: textually, before the YAML is read (no quoting of its own)."""
+    job_doc = COMPONENT.read_text().split("\n---\n", 1)[1]
 
     def value(match: re.Match[str]) -> str:
         v = inputs[match.group(1)]
         return str(v).lower() if isinstance(v, bool) else str(v)
 
-    rendered = re.sub(r"\$\[\[\s*inputs\.([\w-]+)\s*\]\]", value, job_doc)
-    job: dict[str, Any] = yaml.safe_load(rendered)["speedwatch"]
+    return re.sub(r"\$\[\[\s*inputs\.([\w-]+)\s*\]\]", value, job_doc)
+
+
+def gitlab_inputs(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The example include's inputs, with the defaults for the rest and `overrides`."""
+    [include] = yaml.safe_load(GITLAB_INCLUDE.read_text())["include"]
+    inputs = {name: s.get("default") for name, s in gitlab_spec().items()}
+    inputs.update(include.get("inputs", {}))
+    inputs.update(overrides or {})
+    missing = [name for name, value in inputs.items() if value is None]
+    assert not missing, f"the example include leaves inputs without defaults out: {missing}"
+    return inputs
+
+
+def gitlab_job(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The component's job with the example include's inputs (and the defaults) filled in;
+    the inputs must pass the spec's checks, as GitLab requires."""
+    inputs = gitlab_inputs(overrides)
+    refused = [why for name, v in inputs.items() if (why := gitlab_refusal(name, v))]
+    assert not refused, refused
+    job: dict[str, Any] = yaml.safe_load(gitlab_render(inputs))["speedwatch"]
     return job

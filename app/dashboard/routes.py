@@ -49,6 +49,7 @@ from app.errors import (
     schema_missing,
 )
 from app.models import RUN_TERMINAL, Cell, Regression, Result, Run, Series
+from app.schemas import ID_MAX
 from app.services import environments as environment_service
 from app.services import profiles as profile_service
 from app.services import regressions as regression_service
@@ -185,6 +186,14 @@ def page_access(request: Request, session: SessionDep, settings: SettingsDep) ->
 
 PageAccess = Annotated[ProjectAccess, Depends(page_access)]
 
+
+def _row_id(value: int, what: str) -> int:
+    """An id of a page's URL, or the page's 404: ids are PostgreSQL integers, and one
+    outside their range names nothing (sent to the store, it failed there as an error)."""
+    if not 1 <= value <= ID_MAX:
+        raise NotFound(f"{what} {value} not found")
+    return value
+
 router = APIRouter(route_class=PageRoute, include_in_schema=False,
                    default_response_class=HTMLResponse)
 
@@ -236,17 +245,23 @@ def _active_regressions(session: SessionDep, project: str | None,
     return out
 
 
+def _whole_number(text: str) -> bool:
+    """ASCII digits naming a number the store's integer columns hold."""
+    return text.isascii() and text.isdigit() and int(text) <= ID_MAX
+
+
 def _filters(values: dict[str, str | None]) -> SeriesFilter:
     clean = {k: (v or None) for k, v in values.items()}
     batch = clean.pop("batch_size")
-    if batch is not None and not batch.isdigit():
-        raise InvalidRequest("batch_size", f"{batch!r} is not a whole number")
+    if batch is not None and not _whole_number(batch):
+        raise InvalidRequest("batch_size", f"{batch[:40]!r} is not a whole number up to {ID_MAX}")
     threads = clean.pop("threads")
-    if threads is not None and not (threads.isdigit() or threads == series_service.THREADS_AUTO):
-        raise InvalidRequest("threads", f"{threads!r} is not a whole number or "
-                                        f"{series_service.THREADS_AUTO!r}")
+    if threads is not None and not (_whole_number(threads)
+                                    or threads == series_service.THREADS_AUTO):
+        raise InvalidRequest("threads", f"{threads[:40]!r} is not a whole number up to {ID_MAX} "
+                                        f"or {series_service.THREADS_AUTO!r}")
     return SeriesFilter(batch_size=int(batch) if batch else None,
-                        threads=int(threads) if threads and threads.isdigit() else threads,
+                        threads=int(threads) if threads and _whole_number(threads) else threads,
                         **clean)
 
 
@@ -399,9 +414,13 @@ def compare_page(
     request: Request,
     session: SessionDep,
     access: PageAccess,
-    base: Annotated[int | None, Query(ge=1)] = None,
-    head: Annotated[int | None, Query(ge=1)] = None,
+    base: int | None = None,
+    head: int | None = None,
 ) -> HTMLResponse:
+    if base is not None:
+        _row_id(base, "run")
+    if head is not None:
+        _row_id(head, "run")
     runs, _ = run_service.list_runs(session, limit=RUN_LIST_LIMIT, access=access)
     finished = [r for r in runs if r.status in RUN_TERMINAL]
     if base is None and head is None and len(finished) >= 2:
@@ -456,7 +475,7 @@ def run_page(
     run_id: int, request: Request, session: SessionDep, settings: SettingsDep,
     access: PageAccess,
 ) -> HTMLResponse:
-    run: Run = run_service.get_run(session, run_id, access)
+    run: Run = run_service.get_run(session, _row_id(run_id, "run"), access)
     cells = run_service.run_cells(session, run.id)
     counts = run_service.cell_counts(session, run.id)
     results: list[Result] = [r for _, r in cells if r is not None]
@@ -558,7 +577,8 @@ def regression_page(
 ) -> HTMLResponse:
     """One regression, and the bisects that searched for the release behind it: their
     steps and measurements."""
-    regression = regression_service.get_regression(session, regression_id, access=access)
+    regression = regression_service.get_regression(session, _row_id(regression_id, "regression"),
+                                                   access=access)
     found, _ = sweep_service.list_sweeps(session, regression_id=regression.id, limit=20,
                                          access=access)
     bisects = [_bisect_context(session, s) for s in found]
@@ -571,14 +591,17 @@ def regression_page(
 
 
 @router.get("/results/{result_id}/repro.tar.gz")
-def repro_archive(result_id: int, request: Request, session: SessionDep,
+def repro_archive(result_id: int, session: SessionDep, settings: SettingsDep,
                   access: PageAccess) -> Response:
-    """The result's repro bundle (benchmarks.repro_bundle), as `speedwatch repro` writes it."""
+    """The result's repro bundle (benchmarks.repro_bundle), as `speedwatch repro` writes it.
+    Its README names the server by the configured public URL, never by the request's Host
+    header: whoever sends the request writes that header, and the archive is passed on."""
     from benchmarks.repro_bundle import archive
 
+    _row_id(result_id, "result")
     result, run = profile_service.get_result(session, result_id, access=access)
     view = profile_service.result_view(result, run)
-    base = str(request.base_url).rstrip("/")
+    base = settings.public_url.rstrip("/") if settings.public_url else None
     return Response(archive(view, base), media_type="application/gzip", headers={
         "Content-Disposition": f'attachment; filename="repro-{result_id}.tar.gz"'})
 
@@ -642,7 +665,7 @@ def _bisect_context(session: Session, sweep: Any) -> dict[str, Any]:
 def sweep_page(
     sweep_id: int, request: Request, session: SessionDep, access: PageAccess,
 ) -> HTMLResponse:
-    sweep = sweep_service.get_sweep(session, sweep_id, access=access)
+    sweep = sweep_service.get_sweep(session, _row_id(sweep_id, "sweep"), access=access)
     if sweep.kind == "bisect":
         return _page(request, "bisect.html", **_bisect_context(session, sweep),
                      live=sweep.status == "running")

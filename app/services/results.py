@@ -27,7 +27,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.config import Settings
-from app.errors import Conflict
+from app.environment_policy import model_refusal
+from app.errors import Conflict, InvalidRequest
 from app.models import Cell, Project, Result, Run
 from app.schemas import ResultIngest
 from app.services.common import (
@@ -40,6 +41,7 @@ from app.services.common import (
     spec_hash,
 )
 from app.services.runs import RESULT_TO_CELL_STATUS, finish_run_if_complete, store_result
+from app.services.workers import check_interpreter_announced
 from benchmarks.result import BenchResult
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,14 @@ def ingest_result(
     `judge_ingested(result.run_id)` after the commit."""
     result = parse_document(payload)
     spec, key = check_result_document(result)
+    # the model rule of a trigger: a stored spec reaches other people's repro bundles
+    refusal = model_refusal(spec.model, settings.model_packages, allow_absolute=True)
+    if refusal is not None:
+        raise InvalidRequest("result.spec.model", refusal)
     environment = canonical_environment(payload.environment, settings)
+    if environment["interpreter"] is not None:
+        # as a trigger: an interpreter no worker announces names nothing this service knows
+        check_interpreter_announced(session, environment["interpreter"], settings)
     env_hash = canonical_hash(environment)
     run_key = "ingest:" + canonical_hash(
         {"kind": "ingest", "revision": payload.revision, "environment": env_hash}

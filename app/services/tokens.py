@@ -75,6 +75,26 @@ def authenticate(session: Session, plaintext: str) -> ApiToken | None:
     return token
 
 
+def admission_group(session: Session, plaintext: str) -> str | None:
+    """Whose places a request holding `plaintext` takes (app.api.admission), or None when
+    it is no live token. A token limited to projects shares its places with every token of
+    the same projects, so minting two or three tokens for one project adds no places; a
+    token of every project (an admin's to mint) has its own. Read-only: the route that
+    answers authenticates again and records the use."""
+    if not plaintext.startswith(TOKEN_PREFIX) or len(plaintext) > 200:
+        return None
+    digest = hash_token(plaintext)
+    row = session.execute(
+        select(ApiToken.id, ApiToken.token_hash, ApiToken.projects, ApiToken.revoked_at)
+        .where(ApiToken.token_hash == digest)).first()
+    if row is None or row.revoked_at is not None \
+            or not hmac.compare_digest(row.token_hash, digest):
+        return None
+    if row.projects:
+        return "projects:" + ",".join(sorted(row.projects))
+    return f"token:{row.id}"
+
+
 def has_scope(token: ApiToken, needed: str) -> bool:
     """admin implies every scope; ci implies read (a CI job polls the run it triggered)."""
     scopes = set(token.scopes or [])

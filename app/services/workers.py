@@ -246,6 +246,23 @@ def check_interpreter(session: Session, queue: str, interpreter: str,
     )
 
 
+def check_interpreter_announced(session: Session, interpreter: str,
+                                settings: Settings) -> None:
+    """Refuse, at the API, an uploaded result's interpreter that no worker announces (of
+    any queue: the result was measured elsewhere), as a trigger refuses one: a name
+    nothing here runs would file the result under an environment nobody can measure
+    again, and its runs would never be comparable with a triggered one."""
+    known: set[str] = set(settings.interpreters) if settings.executor == "local" else set()
+    for worker in _remembered(session, settings, _now()):
+        known.update(worker.interpreters or [])
+    if interpreter in known:
+        return
+    listed = (f"announced: {', '.join(sorted(known))}" if known else
+              "no worker announces any (SPEEDWATCH_INTERPRETERS on the worker)")
+    raise InvalidRequest("environment.interpreter",
+                         f"{interpreter!r} is not an interpreter of any worker; {listed}")
+
+
 def forget_old(session: Session, settings: Settings, now: datetime | None = None) -> int:
     """Delete rows of workers not heard from within `worker_forget_seconds`."""
     now = now or _now()

@@ -129,6 +129,45 @@ def test_the_pages_cookie_is_set_by_the_server_from_a_valid_token_only(
         assert client.get("/runs").status_code == 401
 
 
+@pytest.mark.parametrize("headers", [
+    {"sec-fetch-site": "cross-site", "origin": "https://evil.example"},
+    {"sec-fetch-site": "same-site", "origin": "https://other.testserver"},
+    {"origin": "https://evil.example"},  # an older browser: no Sec-Fetch-Site
+    {"origin": "null"},  # a sandboxed frame, a data: URL
+], ids=["cross-site", "same-site", "foreign-origin", "null-origin"])
+def test_another_sites_request_cannot_sign_the_pages_in_or_out(
+    settings: Settings, tokens: dict[str, str], headers: dict[str, str],
+) -> None:
+    with TestClient(create_app(settings), base_url="https://testserver") as client:
+        assert client.post("/session/token", headers=bearer(tokens["read"])).status_code == 204
+        forgot = client.post("/session/forget", headers=headers)
+        assert forgot.status_code == 403, forgot.text
+        assert "set-cookie" not in forgot.headers
+        assert "may not change this site's session" in forgot.json()["detail"]
+        assert client.get("/runs").status_code == 200  # still signed in
+        signed_in = client.post("/session/token", headers={**bearer(tokens["admin"]),
+                                                             **headers})
+        assert signed_in.status_code == 403 and "set-cookie" not in signed_in.headers
+
+
+@pytest.mark.parametrize("headers", [
+    {"sec-fetch-site": "same-origin", "origin": "https://testserver"},
+    {"sec-fetch-site": "none"},  # typed into the address bar
+    {"origin": "https://testserver"},
+    {"origin": "https://speedwatch.example.com"},  # the public URL, behind a proxy
+    {},  # no browser: curl, a script
+], ids=["same-origin", "typed", "own-origin", "public-url", "no-browser"])
+def test_the_sites_own_pages_and_scripts_sign_out(
+    settings: Settings, tokens: dict[str, str], headers: dict[str, str],
+) -> None:
+    public = settings.model_copy(update={"public_url": "https://speedwatch.example.com"})
+    with TestClient(create_app(public), base_url="https://testserver") as client:
+        assert client.post("/session/token", headers=bearer(tokens["read"])).status_code == 204
+        forgot = client.post("/session/forget", headers=headers)
+        assert forgot.status_code == 204, forgot.text
+        assert client.get("/runs").status_code == 401
+
+
 GUARDED_READS = sorted({path for method, path in ROUTES if method == "GET"} - PUBLIC_READS)
 # Dashboard pages: a browser sends the token as the page's cookie, not a bearer header.
 # Machine reads (the API, Prometheus' scrape) send a bearer header.

@@ -49,9 +49,17 @@ BAD_MODELS = [
     ("mypkg.nets:build\n", "expected package.module:factory"),
     ("mypkg.nets:build.__globals__.get", "the factory is one name defined in the module"),
     ("torchvision:../x", "expected torchvision:NAME"),
-    ("os:system", "package 'os' is not one this server imports models from (listed in "
-     "SPEEDWATCH_MODEL_PACKAGES: mypkg)"),
+    ("os:system", "'os' is Python's own (the standard library or a private module), not "
+     "a package of models"),
+    ("subprocess:getoutput", "'subprocess' is Python's own"),
+    ("code:interact", "'code' is Python's own"),
+    ("os.path:join", "'os' is Python's own"),
+    ("_thread:start_new_thread", "'_thread' is Python's own"),
+    ("__main__:main", "'__main__' is Python's own"),
+    ("otherpkg.nets:build", "package 'otherpkg' is not one this server imports models from "
+     "(listed in SPEEDWATCH_MODEL_PACKAGES: mypkg)"),
 ]
+STDLIB_FACTORIES = ["subprocess:getoutput", "code:interact", "os:system", "pty:spawn"]
 
 
 @pytest.mark.parametrize(("model", "says"), BAD_MODELS, ids=[m for m, _ in BAD_MODELS])
@@ -180,3 +188,52 @@ def test_an_ingested_result_of_a_user_model_lands_in_the_series_its_fingerprint_
                            headers=bearer(ci_token))
     assert response.status_code == 201, response.text
     assert response.json()["series_key"].startswith("file:small.pt2@cccccccccccc/")
+
+
+@pytest.mark.parametrize("model", STDLIB_FACTORIES)
+def test_a_server_that_imports_any_package_still_refuses_the_standard_library(
+    settings: Settings, ci_token: str, model: str,
+) -> None:
+    with TestClient(create_app(settings.model_copy(update={"model_packages": ["*"]}))) as any_:
+        response = _post(any_, ci_token, [model])
+    assert response.status_code == 422, response.text
+    [error] = response.json()["errors"]
+    assert error["field"] == "matrix.models[0]" and "Python's own" in error["message"]
+
+
+# ---- the same rule for a result posted with its spec (it reaches repro bundles) -----------
+
+def _upload(client: TestClient, token: str, model: str, revision: str) -> Any:
+    spec = BenchSpec(model=model, width=8, image_size=32)
+    result = _own_result(spec, "cccccccccccc", 1.5)
+    return client.post("/api/v1/results", headers=bearer(token),
+                       json=ingest_body(result, project="uploads", revision=revision))
+
+
+@pytest.mark.parametrize("model", STDLIB_FACTORIES)
+def test_an_upload_whose_spec_names_the_standard_library_is_422_whatever_the_server_lists(
+    settings: Settings, ci_token: str, session: Session, model: str,
+) -> None:
+    for packages in ([], ["*"]):
+        with TestClient(create_app(settings.model_copy(
+                update={"model_packages": packages}))) as client:
+            response = _upload(client, ci_token, model, f"stdlib-{model}")
+        assert response.status_code == 422, response.text
+        [error] = response.json()["errors"]
+        assert error["field"].startswith("result.spec"), error
+        assert "Python's own" in error["message"], error
+    stored = session.scalars(select(Cell.spec)).all()
+    assert not [spec for spec in stored if spec.get("model") == model]
+
+
+def test_an_upload_names_a_factory_of_a_listed_package_only(
+    own_client: TestClient, client: TestClient, ci_token: str,
+) -> None:
+    refused = _upload(client, ci_token, OWN, "unlisted")  # this server lists none
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"] == [{
+        "field": "result.spec.model",
+        "message": "package 'mypkg' is not one this server imports models from (listed in "
+                   "SPEEDWATCH_MODEL_PACKAGES: none)"}]
+    accepted = _upload(own_client, ci_token, OWN, "listed")
+    assert accepted.status_code == 201, accepted.text

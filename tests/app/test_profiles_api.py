@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.config import Settings
+from app.main import create_app
 from benchmarks.profile import document
 from benchmarks.spec import BenchSpec
 from tests.app.detection_docs import body, measured
@@ -171,3 +173,32 @@ def test_a_trigger_may_turn_profiling_off_and_its_cells_carry_that(
     refused = client.post("/api/v1/runs", headers=bearer(ci_token),
                           json=run_request(revision="x2", matrix={"timing": {"profile": "maybe"}}))
     assert refused.status_code == 422 and "matrix.timing.profile" in refused.text
+
+
+def _readme(client: TestClient, result_id: int, **headers: str) -> str:
+    import io
+    import tarfile
+
+    response = client.get(f"/results/{result_id}/repro.tar.gz", headers=headers)
+    assert response.status_code == 200, response.text
+    with tarfile.open(fileobj=io.BytesIO(response.content)) as tar:
+        member = tar.extractfile(f"repro-{result_id}/README.md")
+        assert member is not None
+        return member.read().decode()
+
+
+def test_the_repro_readme_names_the_configured_public_url_never_the_requests_host(
+    settings: Settings, client: TestClient, ci_token: str,
+) -> None:
+    result_id = post(client, ci_token, profiled(2.0, NODES), "v1")
+    client.cookies.set("speedwatch_token", ci_token)
+    unset = _readme(client, result_id, host="evil.example")
+    assert "evil.example" not in unset
+    assert "on the Speedwatch server that stored it." in unset
+    public = settings.model_copy(update={"public_url": "https://speedwatch.example.com/"})
+    with TestClient(create_app(public)) as configured:
+        configured.cookies.set("speedwatch_token", ci_token)
+        named = _readme(configured, result_id, host="evil.example")
+    assert "evil.example" not in named
+    assert "on https://speedwatch.example.com." in named
+    client.cookies.clear()

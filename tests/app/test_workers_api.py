@@ -19,7 +19,7 @@ from app.config import Settings
 from app.main import create_app
 from app.models import Run
 from app.services.workers import Announcement, heartbeat, stopped
-from tests.app.factories import bearer, run_request
+from tests.app.factories import bearer, bench_result, ingest_body, run_request
 
 H100 = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "device_class": "nvidia-h100",
         "memory_total_bytes": 85_520_809_984}
@@ -177,3 +177,34 @@ def test_an_interpreter_a_worker_of_the_queue_announces_is_accepted(
     response = _trigger_with(client, ci_token, "trt-2.7")
     assert response.status_code == 201, response.text  # type: ignore[attr-defined]
     assert response.json()["environment"]["interpreter"] == "trt-2.7"  # type: ignore[attr-defined]
+
+
+# ---- interpreters of uploaded results -----------------------------------------------------
+
+def _upload_with(client: TestClient, token: str, interpreter: str) -> object:
+    return client.post("/api/v1/results", headers=bearer(token), json=ingest_body(
+        bench_result(), revision=f"upload-{interpreter}",
+        environment={"interpreter": interpreter}))
+
+
+def test_an_upload_naming_an_interpreter_no_worker_announces_is_422_and_stores_nothing(
+    clean_db: None, client: TestClient, session: Session, ci_token: str
+) -> None:
+    _beat(session, "cpu@h", ["cpu"], interpreters=["trt-2.6"])
+
+    response = _upload_with(client, ci_token, "made-up-1.0")
+
+    assert response.status_code == 422, response.text  # type: ignore[attr-defined]
+    [error] = response.json()["errors"]  # type: ignore[attr-defined]
+    assert error["field"] == "environment.interpreter"
+    assert error["message"] == ("'made-up-1.0' is not an interpreter of any worker; "
+                                "announced: trt-2.6")
+    assert session.scalar(select(func.count()).select_from(Run)) == 0
+
+
+def test_an_upload_naming_an_interpreter_a_worker_announces_is_stored(
+    client: TestClient, session: Session, ci_token: str
+) -> None:
+    _beat(session, "gpu@upload-host", ["gpu"], interpreters=["trt-uploaded-2.7"])
+    response = _upload_with(client, ci_token, "trt-uploaded-2.7")
+    assert response.status_code == 201, response.text  # type: ignore[attr-defined]

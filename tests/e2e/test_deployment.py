@@ -18,10 +18,15 @@ def _compose() -> list[str]:
     pytest.skip("docker-compose is not installed (scripts/test installs it with apt-get)")
 
 
-def _config(*args: str, password: str | None = "a-real-secret") -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "POSTGRES_PASSWORD"}
+def _config(*args: str, password: str | None = "a-real-secret",
+            redis_password: str | None = "another-real-secret",
+            ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("POSTGRES_PASSWORD", "REDIS_PASSWORD")}
     if password is not None:
         env["POSTGRES_PASSWORD"] = password
+    if redis_password is not None:
+        env["REDIS_PASSWORD"] = redis_password
     return subprocess.run([*_compose(), "-f", str(ROOT / "docker-compose.yml"), "config", *args],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60,
                           check=False)
@@ -58,6 +63,12 @@ def test_compose_refuses_to_start_without_a_database_password() -> None:
     proc = _config("-q", password=None)
     assert proc.returncode != 0
     assert "POSTGRES_PASSWORD" in proc.stderr
+
+
+def test_compose_refuses_to_start_without_a_broker_password() -> None:
+    proc = _config("-q", redis_password=None)
+    assert proc.returncode != 0
+    assert "REDIS_PASSWORD" in proc.stderr
 
 
 def test_compose_environment_passes_the_production_settings_checks(

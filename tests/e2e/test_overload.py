@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -34,6 +35,24 @@ from tests.slow_index import PACKAGE, slow_index
 IN_FLIGHT, PER_CLIENT = 6, 3
 
 
+@contextmanager
+def _serving(settings: Settings) -> Iterator[str]:
+    """The app on a real uvicorn server and socket; its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1",
+                                           port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 @pytest.fixture
 def busy_api(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     with slow_index(2.0) as index_url:
@@ -43,17 +62,8 @@ def busy_api(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[st
             "max_requests_in_flight": IN_FLIGHT, "max_requests_per_client": PER_CLIENT,
             "admission_wait_seconds": 0.5, "body_read_timeout_seconds": 2.0,
             "env_allowlist": [PACKAGE, "onnxruntime"], "public_reads": False})
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(limited), host="127.0.0.1",
-                                               port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            assert thread.is_alive(), "server did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-        server.should_exit = True
-        thread.join(timeout=10)
+        with _serving(limited) as url:
+            yield url
 
 
 def _revisions(session: Session) -> set[str]:
@@ -176,3 +186,116 @@ def test_a_body_that_stops_arriving_is_answered_408_and_let_go(
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:100]
     assert b"not received within 2 s" in answer
     assert 1.0 < elapsed < 5.0
+
+
+# ---- who holds the places: verified identities only ---------------------------------------
+
+GUARDED_IN_FLIGHT, GUARDED_PER_PROJECT, GUARDED_ANONYMOUS = 6, 3, 2
+
+
+@pytest.fixture
+def guarded_api(settings: Settings) -> Iterator[str]:
+    """Small limits, and bodies that may take a minute: a stalled body that is admitted
+    holds its place for the whole test."""
+    with _serving(settings.model_copy(update={
+            "max_requests_in_flight": GUARDED_IN_FLIGHT,
+            "max_requests_per_client": GUARDED_PER_PROJECT,
+            "max_anonymous_requests_in_flight": GUARDED_ANONYMOUS,
+            "admission_wait_seconds": 0.5, "body_read_timeout_seconds": 60.0,
+            "public_reads": False})) as url:
+        yield url
+
+
+def _stall(url: str, credentials: bytes, path: str = "/api/v1/results") -> socket.socket:
+    """A POST that announces a megabyte, sends a few bytes of it and stops."""
+    port = int(url.rsplit(":", 1)[1])
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + credentials
+                 + b"Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"a\":")
+    return sock
+
+
+def _answers(socks: list[socket.socket], within_s: float,
+             expect: int | None = None) -> list[bytes]:
+    """What each socket was answered (b"": nothing), once `expect` of them (default: all)
+    were answered or `within_s` passed."""
+    import select
+
+    got = [b""] * len(socks)
+    waiting = dict(enumerate(socks))
+    deadline = time.monotonic() + within_s
+    while waiting and len(socks) - len(waiting) < (expect or len(socks)):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select(list(waiting.values()), [], [], left)
+        for i, sock in list(waiting.items()):
+            if sock in ready:
+                got[i] = sock.recv(4096)
+                del waiting[i]
+    return got
+
+
+def _project_token(settings: Settings, scope: str, project: str) -> str:
+    from app.db import session_scope
+    from app.services.tokens import create_token
+
+    with session_scope(settings) as session:
+        return create_token(session, scope, f"{scope}-{project}", [project])[1]
+
+
+def _reads(url: str, token: str, n: int) -> list[int]:
+    with httpx.Client(base_url=url, timeout=60,
+                      headers={"Authorization": f"Bearer {token}"}) as client:
+        return [client.get("/api/v1/runs?limit=5").status_code for _ in range(n)]
+
+
+def test_made_up_bearers_and_cookies_hold_no_place_a_real_reader_needs(
+    guarded_api: str, settings: Settings,
+) -> None:
+    reader = _project_token(settings, "read", "beta")
+    made_up = [_stall(guarded_api, b"Authorization: Bearer sw_%s\r\n" % secrets_hex())
+               for _ in range(10)]
+    made_up += [_stall(guarded_api, b"Cookie: speedwatch_token=sw_%s\r\n" % secrets_hex(),
+                       path="/session/forget") for _ in range(10)]
+    try:
+        # each answered 401 as it arrives, its body never read
+        answers = _answers(made_up, within_s=30)
+        assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"HTTP/1.1 401 Unauthorized"] * 20
+        assert b"invalid or revoked token" in answers[0]
+        assert b"a request body needs a valid token" in answers[10]
+        # more than the server's places, yet the reader of another project is served
+        assert _reads(guarded_api, reader, 7) == [200] * 7
+    finally:
+        for sock in made_up:
+            sock.close()
+
+
+def test_a_projects_tokens_share_its_places_and_leave_the_rest_to_others(
+    guarded_api: str, settings: Settings,
+) -> None:
+    alpha = [_project_token(settings, "ci", "alpha") for _ in range(3)]
+    reader = _project_token(settings, "read", "beta")
+    holders = [_stall(guarded_api, f"Authorization: Bearer {token}\r\n".encode())
+               for token in alpha for _ in range(3)]
+    try:
+        # three tokens of one project, nine uploads: the project's places are taken by
+        # three of them (waiting for their bodies); the six others are told to come back
+        answers = _answers(holders, within_s=30, expect=9 - GUARDED_PER_PROJECT)
+        time.sleep(0.5)  # and no more: the three are still waiting for their bodies
+        answers = [a or _answers([h], within_s=0.01)[0] for a, h in zip(answers, holders,
+                                                                        strict=True)]
+        statuses = sorted(a.split(b"\r\n", 1)[0] for a in answers)
+        assert statuses == [b""] * GUARDED_PER_PROJECT + [
+            b"HTTP/1.1 429 Too Many Requests"] * (9 - GUARDED_PER_PROJECT), statuses
+        assert _reads(guarded_api, alpha[0], 1) == [429]  # alpha's places, still full
+        assert _reads(guarded_api, reader, 7) == [200] * 7  # beta's reader: answered
+    finally:
+        for sock in holders:
+            sock.close()
+
+
+def secrets_hex() -> bytes:
+    import secrets
+
+    return secrets.token_urlsafe(32).encode()

@@ -80,3 +80,34 @@ def test_an_unknown_result_and_a_broken_spec_file_are_one_line_errors(
     (tmp_path / "spec.json").write_text('{"backend": "tensorrtt"}')
     broken = _cli("bench", "--spec", "spec.json", cwd=tmp_path)
     assert broken.returncode == 2 and broken.stderr.startswith("error: --spec (spec.json): ")
+
+
+SPEC_FILE_MISTAKES = [
+    ({"model": "subprocess:getoutput"}, "model: 'subprocess:getoutput': 'subprocess' is "
+     "Python's own (the standard library or a private module), not a package of models"),
+    ({"model": "code:interact"}, "model: 'code:interact': 'code' is Python's own"),
+    ({"model": "os.path:join"}, "model: 'os.path:join': 'os' is Python's own"),
+    ({"options": {"threads": "1; id"}}, "options.threads: Input should be a valid integer"),
+    ({"options": {"threads": True}}, "options.threads: Input should be a valid integer"),
+    ({"batch_size": "1"}, "batch_size: Input should be a valid integer"),
+    ({"timing": {"profile": "yes"}}, "timing.profile: Input should be a valid boolean"),
+    ({"timing": {"max_host_load": "0.5"}}, "timing.max_host_load: Input should be a valid "
+     "number"),
+    ({"colour": "red"}, "colour: unknown field"),
+]
+
+
+def test_a_spec_file_is_held_to_the_stored_specs_rules_in_one_line_measuring_nothing(
+    tmp_path: Path,
+) -> None:
+    """A spec file may be someone else's (a repro bundle holds a stored result's spec): the
+    schema of stored results and the model rule apply, each mistake is one line naming the
+    field, exit 2, and nothing is imported, called or measured."""
+    for i, (fields, says) in enumerate(SPEC_FILE_MISTAKES):
+        spec = {"model": "resnet18", "width": 8, "image_size": 32, **fields}
+        (tmp_path / f"spec{i}.json").write_text(json.dumps(spec))
+        done = _cli("bench", "--spec", f"spec{i}.json", "--no-isolate", cwd=tmp_path)
+        assert done.returncode == 2, (fields, done.stdout, done.stderr)
+        [line] = done.stderr.strip().splitlines()
+        assert line.startswith(f"error: --spec (spec{i}.json): {says}"), line
+        assert done.stdout == ""

@@ -99,6 +99,12 @@ def test_serve_access_log_never_shows_a_token(settings: Settings) -> None:
                 time.sleep(0.2)
         with httpx.Client(base_url=base, timeout=30) as client:
             assert _exercise(client, tokens) == EXPECTED
+            # tokens put in URLs, where the API never reads them
+            in_urls = [client.get(f"/api/v1/runs?token={tokens['ci']}&limit=5"),
+                       client.get(f"/?access_token={tokens['admin']}"),
+                       client.get(f"/runs?note={tokens['wrong']}"),
+                       client.get(f"/series/{tokens['revoked']}")]
+            assert [r.status_code for r in in_urls] == [401, 401, 401, 401]
     finally:
         server.send_signal(signal.SIGINT)
         try:
@@ -109,5 +115,9 @@ def test_serve_access_log_never_shows_a_token(settings: Settings) -> None:
     # The control: the access log is on and saw these requests.
     assert '"POST /api/v1/runs HTTP/1.1" 201' in output, output[-2000:]
     assert '"GET /api/v1/runs HTTP/1.1" 401' in output, output[-2000:]
+    assert '"GET /api/v1/runs?token=***&limit=5 HTTP/1.1" 401' in output, output[-2000:]
+    assert '"GET /?access_token=*** HTTP/1.1" 401' in output, output[-2000:]
+    assert '"GET /runs?note=sw_... HTTP/1.1" 401' in output, output[-2000:]
+    assert '"GET /series/sw_... HTTP/1.1" 401' in output, output[-2000:]
     for secret in _secrets(tokens):
         assert secret not in output
