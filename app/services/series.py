@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -242,11 +244,40 @@ def host_drift_results(session: Session, result_ids: Sequence[int]) -> dict[int,
 AXES = ("model", "backend", "weights", "precision", "batch_size", "shape_mode", "device_class")
 
 
+# (database, projects of the access, series count, newest series id) -> axis values
+_axis_cache: OrderedDict[tuple[Any, ...], dict[str, list[Any]]] = OrderedDict()
+_axis_lock = threading.Lock()
+AXIS_CACHE_ENTRIES = 64
+
+
 def axis_values(session: Session, access: ProjectAccess = EVERY_PROJECT) -> dict[str, list[Any]]:
     """The distinct values of each series axis (the dashboard's filter choices): the names
     of projects with series, the key's axes, threads as numbers (THREADS_AUTO first for
     the library's default) and the timing modes; of the projects in `access` only, since
-    the choices would otherwise name the others."""
+    the choices would otherwise name the others.
+
+    Kept per process until a series is added or removed (the count and newest id of the
+    series `access` sees, one index-only read): the choices change only then, and reading
+    them is ten scans of the series table, which grew with every series on each overview.
+    A series' axes never change (they are its key)."""
+    count, newest = session.execute(
+        access.restrict(select(func.count(Series.id), func.max(Series.id)), Series.project_id)
+    ).one()
+    key = (session.get_bind().url.render_as_string(), access.names, count, newest)
+    with _axis_lock:
+        cached = _axis_cache.get(key)
+        if cached is not None:
+            _axis_cache.move_to_end(key)
+            return {name: list(values) for name, values in cached.items()}
+    out = _read_axis_values(session, access)
+    with _axis_lock:
+        _axis_cache[key] = out
+        while len(_axis_cache) > AXIS_CACHE_ENTRIES:
+            _axis_cache.popitem(last=False)
+    return {name: list(values) for name, values in out.items()}
+
+
+def _read_axis_values(session: Session, access: ProjectAccess) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {"project": list(session.scalars(
         access.restrict(select(Project.name), Project.id)
         .where(Project.id.in_(select(Series.project_id))).order_by(Project.name)))}
@@ -270,8 +301,8 @@ def recent_speedups(
     """The newest `per_series` ok speedups of each series, oldest first (sparklines), in
     one query for the whole page.
 
-    On PostgreSQL a LATERAL join reads at most `per_series` rows of each series from
-    ix_results_series_id_created_at, so the overview costs the same with 10 or 10,000
+    On PostgreSQL a LATERAL join reads at most `per_series` entries of each series from
+    ix_results_series_points (index-only), so the overview costs the same with 10 or 10,000
     points per series. The window function it replaced numbered every point of every
     series on the page before keeping 30: with a few years of history that was most of
     the overview's time. SQLite has no LATERAL; the embedded store keeps the window."""

@@ -21,7 +21,8 @@ from app.schemas import ResultIngest, RunCreate
 from app.services.detection import decision_reference
 from app.services.results import ingest_result
 from app.services.runs import create_run
-from app.services.series import recent_speedups
+from app.services.series import axis_values, recent_speedups
+from app.services.tokens import EVERY_PROJECT, ProjectAccess
 from benchmarks.spec import BenchSpec
 from tests.app.factories import bench_result, ingest_body, run_request, tiny_spec
 
@@ -99,6 +100,25 @@ def test_sparklines_on_sqlite_agree(tmp_path: Path) -> None:
             assert recent_speedups(session, series_ids, per_series=PER_SERIES) == expected
     finally:
         engine.dispose()
+
+
+def test_axis_values_follow_a_new_series_and_keep_to_the_access(
+        session: Session, settings: Settings) -> None:
+    """The filter choices are kept per process until a series is added: a new series' axis
+    values appear at once, and a token limited to a project sees that project's only."""
+    project = f"axes-{secrets.token_hex(3)}"
+    before = axis_values(session, EVERY_PROJECT)
+    assert axis_values(session, EVERY_PROJECT) == before  # the kept answer, unchanged
+    _ingest(session, settings, tiny_spec(batch_size=977), project=project, revision="r0",
+            speedup=1.1)
+    after = axis_values(session, EVERY_PROJECT)
+    assert 977 in after["batch_size"] and 977 not in before["batch_size"]
+    assert project in after["project"]
+    mine = axis_values(session, ProjectAccess(frozenset({project}), "t"))
+    assert mine["project"] == [project]
+    assert mine["batch_size"] == [977]
+    session.rollback()
+    assert 977 not in axis_values(session, EVERY_PROJECT)["batch_size"]
 
 
 def test_a_cells_reference_is_its_own_projects_latest_result_of_its_series(
