@@ -260,10 +260,9 @@ def axis_values(session: Session, access: ProjectAccess = EVERY_PROJECT) -> dict
     series `access` sees, one index-only read): the choices change only then, and reading
     them is ten scans of the series table, which grew with every series on each overview.
     A series' axes never change (they are its key)."""
-    count, newest = session.execute(
-        access.restrict(select(func.count(Series.id), func.max(Series.id)), Series.project_id)
-    ).one()
-    key = (session.get_bind().url.render_as_string(), access.names, count, newest)
+    seen = access.restrict(select(Series.id), Series.project_id).subquery()
+    count, newest = session.execute(select(func.count(), func.max(seen.c.id))).one()
+    key = (session.get_bind().engine.url.render_as_string(), access.names, count, newest)
     with _axis_lock:
         cached = _axis_cache.get(key)
         if cached is not None:
