@@ -89,7 +89,11 @@ HISTORY_DAYS = 3 * 365
 START = datetime(2023, 11, 27, tzinfo=timezone.utc)
 PINS = [["onnxruntime==1.20.1", "torch==2.5.1"], ["onnxruntime==1.21.0", "torch==2.6.0"],
         ["onnxruntime==1.22.0", "torch==2.7.0"], ["onnxruntime==1.22.0", "torch==2.8.0"]]
-UPLOAD_PINS = ["onnxruntime==1.22.0", "torch==2.8.0"]
+# A CI job's environment: its GPU and CPU jobs pin different builds (one environment row
+# per pin set; a CPU and a GPU host report different installed versions, and mixing them
+# under one environment would rewrite its `installed` on every upload)
+UPLOAD_PINS = {"cuda": ["onnxruntime-gpu==1.22.0", "torch==2.8.0"],
+               "cpu": ["onnxruntime==1.22.0", "torch==2.8.0"]}
 UPLOAD_PREFIX = "capacity-upload-"  # revisions of uploads, deleted after each measurement
 
 
@@ -529,10 +533,23 @@ async def _offer(host: str, port: int, uploads: list[Upload], connections: int,
     return done, len(uploads) - len(done)
 
 
+def series_levels(dsn: str) -> dict[int, tuple[float, float]]:
+    """Series index -> (baseline median ms, speedup) of its latest stored result, so that
+    uploads continue each series' history (a random level would open a regression on most
+    uploads, which is not what CI sends)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT s.id, r.baseline_median_ms, r.speedup FROM series s "
+            "CROSS JOIN LATERAL (SELECT baseline_median_ms, speedup FROM results "
+            "WHERE series_id = s.id ORDER BY id DESC LIMIT 1) r").fetchall()
+    return {int(sid) - 1: (float(base), float(speedup)) for sid, base, speedup in rows}
+
+
 def upload_requests(base: str, tokens: dict[int, str], p: Plan, rate: float, seconds: float,
-                    tag: str, rng: random.Random) -> list[Upload]:
+                    tag: str, rng: random.Random,
+                    levels: dict[int, tuple[float, float]]) -> list[Upload]:
     """A CI job posts its matrix, one document per series, under a new revision: jobs of
-    10 uploads each, every document new (fresh noise)."""
+    10 uploads each, every document new (its series' level, fresh noise of +-1%)."""
     host = base.removeprefix("http://")
     out: list[Upload] = []
     n = int(rate * seconds)
@@ -546,9 +563,11 @@ def upload_requests(base: str, tokens: dict[int, str], p: Plan, rate: float, sec
         for s in p.matrices[m]:
             if len(out) == n:
                 break
-            doc = document(p.specs[s], rng, rng.uniform(0.5, 20.0), rng.uniform(1.1, 3.0))
+            level_ms, level_speedup = levels[s]
+            doc = document(p.specs[s], rng, level_ms, level_speedup)
             body = json.dumps({"project": f"team-{project - 1:02d}", "revision": revision,
-                               "branch": "main", "environment": {"pins": UPLOAD_PINS},
+                               "branch": "main",
+                               "environment": {"pins": UPLOAD_PINS[p.specs[s].device]},
                                "result": doc.to_dict()}, allow_nan=False).encode()
             head = (f"POST /api/v1/results HTTP/1.1\r\nHost: {host}\r\n"
                     f"Authorization: Bearer {tokens[project]}\r\n"
@@ -571,10 +590,11 @@ def measure_uploads(base: str, dsn: str, tokens: dict[int, str], p: Plan, *,
                     writer: Any) -> list[dict[str, Any]]:
     host, port = base.removeprefix("http://").split(":")
     rng = random.Random(11)
+    levels = series_levels(dsn)
     steps = []
     for rate in rates:
         tag = f"{rate:g}-{secrets.token_hex(2)}"
-        uploads = upload_requests(base, tokens, p, rate, seconds, tag, rng)
+        uploads = upload_requests(base, tokens, p, rate, seconds, tag, rng, levels)
         load_before = loadavg()
         done, lost = asyncio.run(_offer(host, int(port), uploads, connections, seconds + 60))
         load_after = loadavg()

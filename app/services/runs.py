@@ -403,6 +403,7 @@ def store_result(
         row.cell_id = cell.id
     row.run_id = run.id
     row.series_id = series.id
+    row.series = series  # the caller's answer names its key: no lazy load to fetch it again
     if run.confirms_cell_id is not None:
         # A re-measure for a confirmation: a real result, but no point of its series.
         row.confirms_result_id = session.scalar(
