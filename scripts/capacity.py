@@ -585,9 +585,18 @@ def unjudged(dsn: str) -> int:
     return int(row[0]) if row else 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure_uploads(base: str, dsn: str, tokens: dict[int, str], p: Plan, *,
                     rates: list[float], seconds: float, p95_ms: float, connections: int,
-                    writer: Any) -> list[dict[str, Any]]:
+                    writer: Any, server_pid: int) -> list[dict[str, Any]]:
+    """Each rate in turn until one fails; per step also the server's CPU time per upload
+    (its judging included, counted until the judging drained): a cost that co-tenants of
+    the machine do not change, where the rate held depends on how much CPU they leave."""
     host, port = base.removeprefix("http://").split(":")
     rng = random.Random(11)
     levels = series_levels(dsn)
@@ -596,6 +605,7 @@ def measure_uploads(base: str, dsn: str, tokens: dict[int, str], p: Plan, *,
         tag = f"{rate:g}-{secrets.token_hex(2)}"
         uploads = upload_requests(base, tokens, p, rate, seconds, tag, rng, levels)
         load_before = loadavg()
+        cpu_before = cpu_seconds(server_pid)
         done, lost = asyncio.run(_offer(host, int(port), uploads, connections, seconds + 60))
         load_after = loadavg()
         latencies = sorted(lat * 1000 for _, lat, _ in done)
@@ -616,12 +626,15 @@ def measure_uploads(base: str, dsn: str, tokens: dict[int, str], p: Plan, *,
                 "p50_ms": round(q[49], 1), "p95_ms": round(q[94], 1),
                 "p99_ms": round(q[98], 1), "max_ms": round(latencies[-1], 1) if latencies else None,
                 "judging_drained_s": round(time.monotonic() - drain_started, 1),
+                "server_cpu_ms_per_upload": round(
+                    (cpu_seconds(server_pid) - cpu_before) * 1000 / max(1, len(done)), 1),
                 "left_unjudged": unjudged(dsn),
                 "loadavg_before": load_before, "loadavg_after": load_after}
         steps.append(step)
         print(f"  uploads {rate:6g}/s: achieved {step['achieved_per_s']:6}/s  p50 "
               f"{step['p50_ms']:7} ms  p95 {step['p95_ms']:7} ms  errors {errors}  "
-              f"judging drained in {step['judging_drained_s']} s  load {load_after}",
+              f"judging drained in {step['judging_drained_s']} s  server CPU "
+              f"{step['server_cpu_ms_per_upload']} ms/upload  load {load_after}",
               flush=True)
         if errors or step["p95_ms"] > max(1000.0, 3 * p95_ms):
             break
@@ -635,11 +648,18 @@ def held_rate(steps: list[dict[str, Any]], p95_ms: float) -> dict[str, Any] | No
 
 
 def delete_uploads(dsn: str) -> int:
-    """What the uploads stored goes, so every measurement sees the seeded history."""
+    """What the uploads stored goes, so every measurement sees the seeded history.
+
+    results.confirms_result_id references results without an index: deleting a result
+    checks it by a scan of every result (minutes for a few hundred on a million), so a
+    partial index on it stands for the time of the delete."""
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE INDEX IF NOT EXISTS capacity_cleanup ON results "
+                     "(confirms_result_id) WHERE confirms_result_id IS NOT NULL")
         cur = conn.execute("DELETE FROM runs WHERE kind = 'ingest' AND revision LIKE %s",
                            (UPLOAD_PREFIX + "%",))
         deleted = cur.rowcount
+        conn.execute("DROP INDEX capacity_cleanup")
         conn.execute("DELETE FROM api_tokens WHERE name LIKE 'capacity-%'")
         for table in ("runs", "cells", "results"):  # statistics only: a VACUUM of a
             conn.execute(f"ANALYZE {table}")  # million results takes minutes
@@ -677,6 +697,7 @@ def measure(args: argparse.Namespace) -> None:
     dsn = f"{SERVER}/{args.db}"
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    leftover = delete_uploads(dsn)  # a measurement that died keeps none of its uploads
     migrate_s = migrate_to(dsn, args.migrate) if args.migrate else None
     with psycopg.connect(dsn) as conn:
         counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
@@ -718,6 +739,7 @@ def measure(args: argparse.Namespace) -> None:
     tree = Path(args.tree).resolve()
     summary: dict[str, Any] = {
         "label": args.label, "db": args.db, "tree": str(tree),
+        "leftover_upload_runs_deleted": leftover,
         "schema_revision": database_revision(dsn), "migrate_s": migrate_s,
         "series": series_count + 1, "results": counts["results"], "runs": runs,
         "long_series_points": LONG_POINTS, "uptime_before": uptime(),
@@ -728,11 +750,13 @@ def measure(args: argparse.Namespace) -> None:
           f"code from {tree}, schema {summary['schema_revision']}", flush=True)
     server, base = start_server(tree, dsn, out / "serve.log")
     try:
-        with (out / "reads.csv").open("w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["endpoint", "i", "ms", "status", "bytes", "path"])
-            summary["reads"] = measure_reads(base, read_token, targets, requests=args.requests,
-                                             max_s=args.read_seconds, writer=writer)
+        if args.requests:
+            with (out / "reads.csv").open("w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(["endpoint", "i", "ms", "status", "bytes", "path"])
+                summary["reads"] = measure_reads(base, read_token, targets,
+                                                 requests=args.requests,
+                                                 max_s=args.read_seconds, writer=writer)
         if args.rates:
             with (out / "uploads.csv").open("w", newline="") as f:
                 writer = csv.writer(f)
@@ -740,7 +764,8 @@ def measure(args: argparse.Namespace) -> None:
                 steps = measure_uploads(base, dsn, tokens, p,
                                         rates=[float(r) for r in args.rates.split(",")],
                                         seconds=args.upload_seconds, p95_ms=args.p95_ms,
-                                        connections=args.connections, writer=writer)
+                                        connections=args.connections, writer=writer,
+                                        server_pid=server.pid)
             summary["upload_steps"] = steps
             summary["uploads_held"] = held_rate(steps, args.p95_ms)
     finally:
@@ -761,16 +786,47 @@ def measure(args: argparse.Namespace) -> None:
           f"{held['rate'] if held else 'none'}/s; {summary['uptime_after']}")
 
 
+def summarize(out: Path, label: str) -> None:
+    """A summary from the raw files alone, for a measurement whose process died before
+    writing one (its figures as `measure` computes them; no load or timing notes)."""
+    summary: dict[str, Any] = {"label": label, "from_raw_files": True}
+    reads: dict[str, list[float]] = {}
+    with (out / "reads.csv").open() as f:
+        for row in csv.DictReader(f):
+            reads.setdefault(row["endpoint"], []).append(float(row["ms"]))
+    summary["reads"] = {}
+    for name, ms in reads.items():
+        q = statistics.quantiles(ms, n=100, method="inclusive")
+        summary["reads"][name] = {"n": len(ms), "p50_ms": round(q[49], 1),
+                                  "p95_ms": round(q[94], 1), "max_ms": round(max(ms), 1)}
+    steps: dict[float, list[tuple[float, float, int]]] = {}
+    if (out / "uploads.csv").exists():
+        with (out / "uploads.csv").open() as f:
+            for row in csv.DictReader(f):
+                steps.setdefault(float(row["rate_per_s"]), []).append(
+                    (float(row["due_s"]), float(row["latency_ms"]), int(row["status"])))
+    summary["upload_steps"] = []
+    for rate, done in steps.items():
+        lat = sorted(x[1] for x in done)
+        q = statistics.quantiles(lat, n=100, method="inclusive")
+        summary["upload_steps"].append({
+            "rate": rate, "answered": len(done),
+            "errors": sum(1 for x in done if x[2] != 201),
+            "p50_ms": round(q[49], 1), "p95_ms": round(q[94], 1), "p99_ms": round(q[98], 1)})
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
 def table(paths: list[Path]) -> None:
     rows = [json.loads(p.read_text()) for p in paths]
-    names = list(rows[0]["reads"])
+    names = list(next((r["reads"] for r in rows if "reads" in r), {}))
     head = ["label", "results", "series", "uploads/s held"] + [f"{n} p95" for n in names]
     print(" | ".join(head))
     for r in rows:
         held = r.get("uploads_held")
         print(" | ".join([r["label"], str(r["results"]), str(r["series"]),
                           f"{held['rate']:g} (p95 {held['p95_ms']})" if held else "-"]
-                         + [f"{r['reads'][n]['p95_ms']}" for n in names]))
+                         + [f"{r['reads'][n]['p95_ms']}" if "reads" in r else "-"
+                            for n in names]))
 
 
 def main() -> None:
@@ -787,12 +843,15 @@ def main() -> None:
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--tree", default=str(ROOT), help="source tree the server runs from")
     m.add_argument("--migrate", help="alembic revision to move the database to first")
-    m.add_argument("--requests", type=int, default=100)
+    m.add_argument("--requests", type=int, default=100, help="per endpoint; 0: no reads")
     m.add_argument("--read-seconds", type=float, default=60.0)
     m.add_argument("--rates", default="25,50,75,100,150,200,250,300")
     m.add_argument("--upload-seconds", type=float, default=15.0)
     m.add_argument("--connections", type=int, default=32)
     m.add_argument("--p95-ms", type=float, default=200.0)
+    r = sub.add_parser("summarize", help="a summary from a measurement's raw files")
+    r.add_argument("out", type=Path)
+    r.add_argument("--label", required=True)
     t = sub.add_parser("table", help="print summaries side by side")
     t.add_argument("summaries", type=Path, nargs="+")
     args = parser.parse_args()
@@ -810,6 +869,8 @@ def main() -> None:
         print(json.dumps(figures, indent=1))
     elif args.command == "measure":
         measure(args)
+    elif args.command == "summarize":
+        summarize(args.out, args.label)
     else:
         table(args.summaries)
 
