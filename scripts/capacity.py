@@ -386,9 +386,13 @@ def start_server(tree: Path, dsn: str, log: Path) -> tuple[subprocess.Popen[byte
     """`speedwatch serve` (one process, access log on) from `tree`, production settings."""
     port = free_port()
     queue = f"capacity-{secrets.token_hex(3)}"
+    # Production mode refuses URLs without a password. The PostgreSQL of this benchmark
+    # trusts local connections and ignores the one given; nothing here reaches the broker
+    # (an upload enqueues nothing, and the broker does not decide readiness).
     env = {**os.environ, "SPEEDWATCH_ENVIRONMENT": "production",
-           "SPEEDWATCH_DATABASE_URL": dsn, "SPEEDWATCH_EXECUTOR": "celery",
-           "SPEEDWATCH_BROKER_URL": "redis://127.0.0.1:6379/0",
+           "SPEEDWATCH_DATABASE_URL": dsn.replace("postgres@", "postgres:capacity-bench@", 1),
+           "SPEEDWATCH_EXECUTOR": "celery",
+           "SPEEDWATCH_BROKER_URL": "redis://:capacity-bench@127.0.0.1:6379/0",
            "SPEEDWATCH_CPU_QUEUE": queue, "SPEEDWATCH_GPU_QUEUES": json.dumps({"cuda": queue}),
            "SPEEDWATCH_PUBLIC_READS": "false", "PYTHONPATH": str(tree)}
     where = subprocess.run([sys.executable, "-c", "import app; print(app.__file__)"], cwd=tree,
