@@ -183,6 +183,9 @@ class Run(Base):
         UniqueConstraint("project_id", "idempotency_key"),
         Index("ix_runs_project_id_created_at", "project_id", "created_at"),
         Index("ix_runs_project_id_request_hash", "project_id", "request_hash"),
+        # a revision's runs (`speedwatch report`, GET /api/v1/runs?revision=) without
+        # walking the project's whole history
+        Index("ix_runs_project_id_revision", "project_id", "revision"),
         Index("ix_runs_status", "status"),
         CheckConstraint(_in("status", RUN_STATUSES), name="status"),
         CheckConstraint(f"verdict IS NULL OR {_in('verdict', VERDICTS)}", name="verdict"),
@@ -232,6 +235,11 @@ class Cell(Base):
         UniqueConstraint("run_id", "spec_hash"),
         Index("ix_cells_run_id_status", "run_id", "status"),
         Index("ix_cells_status_updated_at", "status", "updated_at"),
+        # the reconciler's sweeps: cells not judged yet (a few, however long the history),
+        # and the latest start of a queue's cells
+        Index("ix_cells_unjudged", "run_id", postgresql_where="judgement IS NULL",
+              sqlite_where="judgement IS NULL"),
+        Index("ix_cells_queue_started_at", "queue", "started_at"),
         CheckConstraint(_in("status", CELL_STATUSES), name="status"),
         CheckConstraint("attempts >= 0", name="attempts"),
     )
@@ -309,6 +317,13 @@ class Result(Base):
         Index("ix_results_series_id_created_at", "series_id", "created_at"),
         # detection's "latest earlier result of this series" walks this backwards
         Index("ix_results_series_id_id", "series_id", "id"),
+        # the points of each series (series_point()), newest last, with what a sparkline
+        # and the "latest point" probe read: both are index-only scans of a few entries per
+        # series, however long its history
+        Index("ix_results_series_points", "series_id", "created_at", "id",
+              postgresql_include=["status", "speedup"],
+              postgresql_where="confirms_result_id IS NULL AND sweep_id IS NULL",
+              sqlite_where="confirms_result_id IS NULL AND sweep_id IS NULL"),
         Index("ix_results_run_id", "run_id"),
         CheckConstraint(_in("status", RESULT_STATUSES), name="status"),
         CheckConstraint(

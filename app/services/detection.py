@@ -51,7 +51,7 @@ from app.detection.verdict import (
     judge_cell,
     select_baseline,
 )
-from app.models import REGRESSION_ACTIVE, Cell, Regression, Result, Run, series_point
+from app.models import REGRESSION_ACTIVE, Cell, Regression, Result, Run, Series, series_point
 from app.services import confirmation, sweep_progress
 from app.services.documents import result_document
 from app.services.policy import project_policy
@@ -132,6 +132,10 @@ def decision_reference(session: Session, cell_id: int, series_key: str) -> Refer
     result does not exist yet). No baseline yet: a Reference without a speedup (measure
     until precise enough to judge the next run). None for confirm runs, which measure a
     fixed number of processes interleaved.
+
+    The key is found through the project's series (unique on project and key), then the
+    series' results newest first (ix_results_series_id_id): matching `cells.series_key`,
+    which has no index, scanned every cell ever stored for each cell measured.
     """
     cell = session.get(Cell, cell_id)
     run = session.get(Run, cell.run_id) if cell is not None else None
@@ -141,9 +145,10 @@ def decision_reference(session: Session, cell_id: int, series_key: str) -> Refer
         return sweep_progress.step_reference(session, run)
     policy = project_policy(run.project)
     threshold = policy.threshold_for(series_key)
-    base = (select(Result).join(Cell, Cell.id == Result.cell_id).join(Run, Run.id == Result.run_id)
-            .where(Cell.series_key == series_key, Result.status == "ok",
-                   series_point(), Run.project_id == run.project_id))
+    base = (select(Result).join(Series, Series.id == Result.series_id)
+            .join(Run, Run.id == Result.run_id)
+            .where(Series.project_id == run.project_id, Series.key == series_key,
+                   Result.status == "ok", series_point(), Run.project_id == run.project_id))
     if policy.baseline == "pinned":
         if policy.pinned_run_id is None:
             return Reference(threshold)

@@ -96,7 +96,7 @@ def ingest_result(
     )
     try:
         with session.begin_nested():
-            stored = store_result(session, run, cell, result, key)
+            stored = store_result(session, run, cell, result, key, document_hash)
     except IntegrityError:
         # Unique (run, spec): this spec already has a result at this revision (a retry, or
         # a conflicting re-measurement). Cheaper to learn it here than to look first.

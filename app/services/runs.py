@@ -380,11 +380,14 @@ def record_result(session: Session, cell_id: int, result: BenchResult) -> Result
 
 
 def store_result(
-    session: Session, run: Run, cell: Cell, result: BenchResult, key: str
+    session: Session, run: Run, cell: Cell, result: BenchResult, key: str,
+    document_hash: str | None = None,
 ) -> Result:
     """Insert the result row for a checked document and move the cell to its final status.
 
     `cell` may be new and not yet added (ingest): it is then inserted with its result.
+    `document_hash`: the document's canonical hash when the caller has it already (ingest
+    hashes it to recognise a retry), so the document is not serialised twice.
     """
     series = get_or_create_series(session, run.project_id, key)
     now = _now()
@@ -393,13 +396,14 @@ def store_result(
     cell.series_key = key
     cell.finished_at = now
     cell.updated_at = now
-    row = result_row(result)
+    row = result_row(result, document_hash)
     if cell.id is None:
         row.cell = cell  # a new cell (ingest) and its result go out in one flush
     else:
         row.cell_id = cell.id
     row.run_id = run.id
     row.series_id = series.id
+    row.series = series  # the caller's answer names its key: no lazy load to fetch it again
     if run.confirms_cell_id is not None:
         # A re-measure for a confirmation: a real result, but no point of its series.
         row.confirms_result_id = session.scalar(
@@ -420,16 +424,16 @@ def store_result(
     return row
 
 
-def result_row(result: BenchResult) -> Result:
-    """The Result columns for a document (without its cell, run and series ids)."""
-    document = result.to_dict()
+def result_row(result: BenchResult, document_hash: str | None = None) -> Result:
+    """The Result columns for a document (without its cell, run and series ids);
+    `document_hash` is `canonical_hash(result.to_dict())`, computed here when not given."""
     base, cand, sp, acc = result.baseline, result.candidate, result.speedup, result.accuracy
     packages = result.fingerprint.get("packages") or {}
     return Result(
         status=result.status,
         reason=result.reason,
         schema_version=result.schema_version,
-        document_hash=canonical_hash(document),
+        document_hash=document_hash or canonical_hash(result.to_dict()),
         baseline_samples_ms=result.baseline_samples_ms,
         candidate_samples_ms=result.candidate_samples_ms,
         samples_per_side=sum(len(r) for r in result.baseline_samples_ms) or None,

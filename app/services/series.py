@@ -2,7 +2,9 @@
 
 Only results with status "ok" are points (failed and skipped ones have no speedup). The
 queries lean on ix_results_series_id_created_at: "latest point of each series" is one
-correlated index probe per series of the page, not a scan of all results.
+correlated index probe per series of the page, not a scan of all results, and so are the
+sparklines (a LATERAL join on PostgreSQL). What a page costs must not grow with the
+history it sits on (scripts/capacity.py measures it at 10k, 100k and 1M results).
 
 A series belongs to a project, and the same key may exist in several projects: a reader
 names the project, or leaves it out when the key exists in one project only
@@ -13,13 +15,16 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, Text, and_, case, cast, func, or_, select
+from sqlalchemy import Select, Text, and_, case, cast, func, or_, select, true
 from sqlalchemy.orm import Session, aliased
+from sqlalchemy.sql.selectable import ScalarSelect
 
 from app.errors import InvalidRequest, NotFound
 from app.models import Cell, Project, Result, Run, Series, series_point
@@ -109,7 +114,7 @@ def _points(rows: Sequence[Sequence[Any]]) -> list[Point]:
     return out
 
 
-def _latest_ok_result_id() -> object:
+def _latest_ok_result_id() -> ScalarSelect[int]:
     return (
         select(Result.id)
         .where(Result.series_id == Series.id, Result.status == "ok",
@@ -152,17 +157,25 @@ def list_series(
 
 
 def _latest_points(session: Session, series_ids: list[int]) -> dict[int, Point]:
+    """Each series' latest ok point, in two bounded steps: the latest result's id of each
+    series (one index probe per series, ix_results_series_id_created_at), then those
+    results by primary key. Joining results on the probe in one statement let
+    PostgreSQL's planner hash-join the whole results table instead: the overview,
+    `/api/v1/series` and the series page then read every result ever stored."""
     if not series_ids:
         return {}
-    latest_id = _latest_ok_result_id()
-    rows = session.execute(
-        select(Series.id, *POINT_COLUMNS)
-        .join(Result, Result.id == latest_id)
-        .join(Run, Run.id == Result.run_id)
-        .where(Series.id.in_(series_ids))
+    latest = session.execute(
+        select(Series.id, _latest_ok_result_id()).where(Series.id.in_(series_ids))
     ).all()
-    points = _points([row[1:] for row in rows])
-    return {row[0]: point for row, point in zip(rows, points, strict=True)}
+    series_of = {result_id: series_id for series_id, result_id in latest
+                 if result_id is not None}
+    if not series_of:
+        return {}
+    rows = session.execute(
+        select(*POINT_COLUMNS).join(Run, Run.id == Result.run_id)
+        .where(Result.id.in_(list(series_of)))
+    ).all()
+    return {series_of[point.result_id]: point for point in _points(rows)}
 
 
 def get_series(session: Session, key: str, project: str | None = None,
@@ -231,11 +244,39 @@ def host_drift_results(session: Session, result_ids: Sequence[int]) -> dict[int,
 AXES = ("model", "backend", "weights", "precision", "batch_size", "shape_mode", "device_class")
 
 
+# (database, projects of the access, series count, newest series id) -> axis values
+_axis_cache: OrderedDict[tuple[Any, ...], dict[str, list[Any]]] = OrderedDict()
+_axis_lock = threading.Lock()
+AXIS_CACHE_ENTRIES = 64
+
+
 def axis_values(session: Session, access: ProjectAccess = EVERY_PROJECT) -> dict[str, list[Any]]:
     """The distinct values of each series axis (the dashboard's filter choices): the names
     of projects with series, the key's axes, threads as numbers (THREADS_AUTO first for
     the library's default) and the timing modes; of the projects in `access` only, since
-    the choices would otherwise name the others."""
+    the choices would otherwise name the others.
+
+    Kept per process until a series is added or removed (the count and newest id of the
+    series `access` sees, one index-only read): the choices change only then, and reading
+    them is ten scans of the series table, which grew with every series on each overview.
+    A series' axes never change (they are its key)."""
+    seen = access.restrict(select(Series.id), Series.project_id).subquery()
+    count, newest = session.execute(select(func.count(), func.max(seen.c.id))).one()
+    key = (session.get_bind().engine.url.render_as_string(), access.names, count, newest)
+    with _axis_lock:
+        cached = _axis_cache.get(key)
+        if cached is not None:
+            _axis_cache.move_to_end(key)
+            return {name: list(values) for name, values in cached.items()}
+    out = _read_axis_values(session, access)
+    with _axis_lock:
+        _axis_cache[key] = out
+        while len(_axis_cache) > AXIS_CACHE_ENTRIES:
+            _axis_cache.popitem(last=False)
+    return {name: list(values) for name, values in out.items()}
+
+
+def _read_axis_values(session: Session, access: ProjectAccess) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {"project": list(session.scalars(
         access.restrict(select(Project.name), Project.id)
         .where(Project.id.in_(select(Series.project_id))).order_by(Project.name)))}
@@ -256,25 +297,47 @@ def axis_values(session: Session, access: ProjectAccess = EVERY_PROJECT) -> dict
 def recent_speedups(
     session: Session, series_ids: list[int], *, per_series: int
 ) -> dict[int, list[float]]:
-    """The newest `per_series` ok speedups of each series, oldest first (sparklines): one
-    windowed query for the whole page instead of one query per series."""
+    """The newest `per_series` ok speedups of each series, oldest first (sparklines), in
+    one query for the whole page.
+
+    On PostgreSQL a LATERAL join reads at most `per_series` entries of each series from
+    ix_results_series_points (index-only), so the overview costs the same with 10 or 10,000
+    points per series. The window function it replaced numbered every point of every
+    series on the page before keeping 30: with a few years of history that was most of
+    the overview's time. SQLite has no LATERAL; the embedded store keeps the window."""
     if not series_ids:
         return {}
-    rank = func.row_number().over(
-        partition_by=Result.series_id, order_by=(Result.created_at.desc(), Result.id.desc())
-    ).label("rank")
-    ranked = (
-        select(Result.series_id, Result.speedup, rank)
-        .where(Result.series_id.in_(series_ids), Result.status == "ok",
-               series_point())
-        .subquery()
-    )
-    rows = session.execute(
-        select(ranked.c.series_id, ranked.c.speedup)
-        .where(ranked.c.rank <= per_series)
-        .order_by(ranked.c.series_id, ranked.c.rank.desc())
-    ).all()
     out: dict[int, list[float]] = {series_id: [] for series_id in series_ids}
+    if session.get_bind().dialect.name == "postgresql":
+        wanted = select(Series.id.label("series_id")).where(Series.id.in_(series_ids)).subquery()
+        newest = (
+            select(Result.speedup, Result.created_at, Result.id)
+            .where(Result.series_id == wanted.c.series_id, Result.status == "ok",
+                   series_point())
+            .order_by(Result.created_at.desc(), Result.id.desc())
+            .limit(per_series)
+            .lateral()
+        )
+        rows = session.execute(
+            select(wanted.c.series_id, newest.c.speedup)
+            .select_from(wanted).join(newest, true())
+            .order_by(wanted.c.series_id, newest.c.created_at, newest.c.id)
+        ).all()
+    else:
+        rank = func.row_number().over(
+            partition_by=Result.series_id,
+            order_by=(Result.created_at.desc(), Result.id.desc())).label("rank")
+        ranked = (
+            select(Result.series_id, Result.speedup, rank)
+            .where(Result.series_id.in_(series_ids), Result.status == "ok",
+                   series_point())
+            .subquery()
+        )
+        rows = session.execute(
+            select(ranked.c.series_id, ranked.c.speedup)
+            .where(ranked.c.rank <= per_series)
+            .order_by(ranked.c.series_id, ranked.c.rank.desc())
+        ).all()
     for series_id, speedup in rows:
         out[series_id].append(speedup)
     return out
