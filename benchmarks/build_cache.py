@@ -290,7 +290,9 @@ def spec_fields(spec: BenchSpec) -> dict[str, Any]:
 
 
 def built_or_loaded(spec: BenchSpec, backend: Any, model: Any, example: Any,
-                    fresh_model: Any, model_identity: str | None) -> tuple[Any, dict[str, Any]]:
+                    fresh_model: Any, model_identity: str | None, *,
+                    environment: dict[str, Any] | None = None,
+                    ) -> tuple[Any, dict[str, Any]]:
     """The candidate for `spec`, loaded from the host's cache where a whole entry with
     the same key exists, else built (and stored); with what happened, for the evidence.
 
@@ -298,26 +300,22 @@ def built_or_loaded(spec: BenchSpec, backend: Any, model: Any, example: Any,
     loaded build whose fingerprint is not the stored one is never timed). `model_identity`
     names the model's weights and code: a built-in model's spec fields, a model of the
     user's digest and fingerprint (None: not known, so not cached; a frozen build holds
-    the weights)."""
-    from benchmarks import build, identity
+    the weights). `environment` is this interpreter's identity.environment_identity()
+    (computed here when not given)."""
+    from benchmarks import build
 
     why_not = _uncached_reason(spec, backend) or (
         None if model_identity else "the model's digest is not known")
     cache = None
     if why_not is None:
-        try:
-            cache = open_cache()
-        except BuildCacheError as exc:
-            why_not = str(exc)
-        else:
-            why_not = None if cache is not None else f"{BUILD_CACHE_ENV}=off"
+        cache, why_not = _opened()
     if cache is None:
         start = time.perf_counter()
         compiled = backend.compile(model, example, spec)
         return compiled, {"source": "built", "seconds": round(time.perf_counter() - start, 3),
                           "cached": False, "why_uncached": why_not}
     parts = key_parts(spec_fields(spec), model=str(model_identity),
-                      environment=identity.environment_identity(),
+                      environment=_environment(environment),
                       device=device_key(spec.device))
     key = key_of(parts)
     info: dict[str, Any] = {"key": key[:12], "cached": True}
@@ -361,6 +359,21 @@ def built_or_loaded(spec: BenchSpec, backend: Any, model: Any, example: Any,
     return compiled, info
 
 
+def _opened() -> tuple[BuildCache | None, str | None]:
+    """The host's cache, or None with why not (turned off, a bad setting)."""
+    try:
+        cache = open_cache()
+    except BuildCacheError as exc:
+        return None, str(exc)
+    return (cache, None) if cache is not None else (None, f"{BUILD_CACHE_ENV}=off")
+
+
+def _environment(given: dict[str, Any] | None) -> dict[str, Any]:
+    from benchmarks import identity
+
+    return given if given is not None else identity.environment_identity()
+
+
 def _uncached_reason(spec: BenchSpec, backend: Any) -> str | None:
     if spec.timing.builds != "pinned":
         return "builds=as-shipped: every process builds afresh"
@@ -369,7 +382,8 @@ def _uncached_reason(spec: BenchSpec, backend: Any) -> str | None:
     return None
 
 
-def built_model(spec: BenchSpec) -> tuple[Any, dict[str, Any]]:
+def built_model(spec: BenchSpec, *, environment: dict[str, Any] | None = None,
+                ) -> tuple[Any, dict[str, Any]]:
     """A built-in model with its seeded weights, from the host's cache where an earlier
     process kept them (a ResNet50's seeded initialisation and batch-norm calibration took
     8.8 s of a unit's start on a busy 2-core machine; loading its state is a file read),
@@ -380,21 +394,15 @@ def built_model(spec: BenchSpec) -> tuple[Any, dict[str, Any]]:
 
     import torch
 
-    from benchmarks import identity
     from benchmarks.models import build_model
 
     fields = {name: getattr(spec, name) for name in
               ("model", "width", "num_classes", "seed")}
-    try:
-        cache = open_cache()
-    except BuildCacheError as exc:
-        cache, why = None, str(exc)
-    else:
-        why = f"{BUILD_CACHE_ENV}=off"
+    cache, why = _opened()
     if cache is None:
         return build_model(spec), {"source": "built", "cached": False, "why_uncached": why}
     parts = key_parts({"model_weights": fields}, model=spec.model,
-                      environment=identity.environment_identity(), device=device_key("cpu"))
+                      environment=_environment(environment), device=device_key("cpu"))
     key = key_of(parts)
     found = cache.lookup(key)
     info: dict[str, Any] = {"key": key[:12]}

@@ -256,7 +256,7 @@ def _stage(name: str) -> Iterator[None]:
 def _compile_candidate(
     spec: BenchSpec, backend: Any, model: torch.nn.Module, x: torch.Tensor,
     reference: torch.Tensor, tol: float, on_cuda: bool, evidence: dict[str, Any],
-    peak: dict[str, int], model_identity: str | None,
+    peak: dict[str, int], model_identity: str | None, environment: dict[str, Any],
 ) -> tuple[Any, Any, float]:
     """Build (or load from the host's build cache) the candidate, run it once, check its
     accuracy and steady-state memory: (compiled, accuracy, compile seconds). Fills
@@ -268,7 +268,7 @@ def _compile_candidate(
             tc = time.perf_counter()
             compiled, evidence["build"] = build_cache.built_or_loaded(
                 spec, backend, candidate_model, x, lambda: copy.deepcopy(model),
-                model_identity)
+                model_identity, environment=environment)
             if on_cuda:
                 torch.cuda.synchronize()
             compile_call = time.perf_counter() - tc
@@ -299,10 +299,6 @@ def _compile_candidate(
     return compiled, accuracy, compile_call + first_call
 
 
-# _build's note of how a built-in model's weights came (benchmarks.build_cache.built_model)
-MODEL_BUILD = "_model_build"
-
-
 def _model_identity(spec: BenchSpec, model_info: dict[str, Any]) -> str | None:
     """What names the model's weights and code for the build cache: a built-in model's
     spec fields and the harness that builds it (both in the key already); a model of the
@@ -313,8 +309,9 @@ def _model_identity(spec: BenchSpec, model_info: dict[str, Any]) -> str | None:
     return f"{spec.model} {digest} {fp}" if digest and fp else None
 
 
-def _build(spec: BenchSpec, device: torch.device,
-           model_info: dict[str, Any]) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+def _build(spec: BenchSpec, device: torch.device, model_info: dict[str, Any],
+           environment: dict[str, Any], evidence: dict[str, Any],
+           ) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
     """(fp32 model on the device, its fp32 input, the fp32 reference output).
 
     A model of the user's is fingerprinted during the reference call (the same forward
@@ -322,8 +319,8 @@ def _build(spec: BenchSpec, device: torch.device,
     raise own_models.ModelUnavailable, which skips the cell."""
     ref = model_ref.parse(spec.model, allow_absolute=True)
     if ref.builtin:
-        built, model_build = build_cache.built_model(spec)
-        model_info[MODEL_BUILD] = model_build
+        # a built-in model's weights: built, or loaded from the host's build cache
+        built, evidence["model_build"] = build_cache.built_model(spec, environment=environment)
         model = built.to(device)
         x32 = example_input(spec).to(device)
         with torch.inference_mode(), _exact_fp32():
@@ -368,11 +365,11 @@ def _measure(
 
     if model_info is None:
         model_info = {}
+    # this interpreter's software, once: the build cache's key and the result's identity
+    environment = identity.environment_identity()
     with _stage("build"):
         with _Peak(on_cuda) as p_base:
-            model, x32, reference = _build(spec, device, model_info)
-            if MODEL_BUILD in model_info:  # a built-in model's weights: built or loaded
-                evidence["model_build"] = model_info.pop(MODEL_BUILD)
+            model, x32, reference = _build(spec, device, model_info, environment, evidence)
             model = model.to(dtype)
             x = x32.to(dtype)
             with torch.inference_mode():
@@ -389,7 +386,7 @@ def _measure(
     if side != "baseline":
         compiled, accuracy, compile_seconds = _compile_candidate(
             spec, backend, model, x, reference, tol, on_cuda, evidence, peak,
-            _model_identity(spec, model_info))
+            _model_identity(spec, model_info), environment)
     if side == "candidate":
         # The candidate runs alone, as deployed: eager's weights leave the process (the
         # candidate holds its own copy) and eager is never called here.
@@ -461,7 +458,6 @@ def _measure(
                                   wall_candidate_ms=samples.wall_baseline_ms)
     nvml_end = fingerprint.collect_nvml() if on_cuda else None
     # what this process ran, read before passes that import more (the profile)
-    environment = identity.environment_identity()
     timed_distributions = identity.loaded_distributions(environment["distributions"])
     evidence["timing"] = {
         "rounds": samples.rounds,

@@ -228,7 +228,7 @@ class InductorBackend:
             if hasattr(torch._functorch.config, "enable_autograd_cache"):
                 torch._functorch.config.enable_autograd_cache = False
         compiled = self.compile(model, example, spec)
-        compiled.evidence["inductor_cache"] = _cache_counters()
+        counts = compiled.evidence["inductor_cache"] = _cache_counters()
         saved = torch.compiler.save_cache_artifacts()
         if saved is not None and saved[0] and not _LOADED_ARTIFACTS:
             compiled.artifacts = {INDUCTOR_ARTIFACTS: bytes(saved[0])}
@@ -236,7 +236,7 @@ class InductorBackend:
             # e.g. a frozen graph on a CPU: inductor bypasses its caches (weights packed
             # for oneDNN are no cache entry), so there is nothing another process can load
             compiled.artifacts_missing = "inductor kept no cache artifacts for this build " \
-                f"({', '.join(f'{k}={v}' for k, v in _cache_counters().items()) or 'none'})"
+                f"({', '.join(f'{k}={v}' for k, v in counts.items()) or 'none'})"
         return compiled
 
     def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:

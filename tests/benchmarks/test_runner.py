@@ -200,8 +200,8 @@ def test_backend_never_sees_the_baseline_module(
     built: list[torch.nn.Module] = []
     original_build = build_cache.built_model
 
-    def build_and_keep(spec: BenchSpec) -> tuple[torch.nn.Module, dict[str, Any]]:
-        model, info = original_build(spec)
+    def build_and_keep(spec: BenchSpec, **kwargs: Any) -> tuple[torch.nn.Module, dict[str, Any]]:
+        model, info = original_build(spec, **kwargs)
         built.append(model)
         return model, info
 
