@@ -25,6 +25,7 @@ Reads /proc only; everything degrades to "unknown" (None) off Linux.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -92,6 +93,19 @@ def apply_pin(environ: dict[str, str] | None = None) -> list[int]:
     except (AttributeError, OSError, ValueError):
         return []
     return cores
+
+
+def keep_off(pid: int, cores: Collection[int]) -> None:
+    """Keep a process (and the threads and workers it starts) off `cores`: a child that
+    prepares while another times must not share the timing thread's core. A child pins its
+    own timed thread later (`apply_pin`), which it may, whatever this left it."""
+    if not cores:
+        return
+    rest = [c for c in allowed_cores() if c not in set(cores)]
+    if not rest:
+        return
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        os.sched_setaffinity(pid, rest)
 
 
 def busy_seconds(cores: Collection[int] | None = None, proc: Path = _PROC) -> float | None:

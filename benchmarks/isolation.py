@@ -51,7 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import build, fingerprint, host, identity, stats
+from benchmarks import build, fingerprint, host, identity, prepared, stats
 from benchmarks.clocks import SIDE_WALL_ROUNDS, WALL_CLOCK
 from benchmarks.result import Accuracy, BenchResult, ResultError
 from benchmarks.spec import (
@@ -360,6 +360,33 @@ class AdaptiveMeasurement:
             return
         if len(self._results) >= self._k_max:
             self._finish()
+
+    def upcoming(self, n: int) -> tuple[tuple[Any, ...], prepared.Launch] | None:
+        """The key and launcher of this cell's `n`-th next unit (0: the next), for a
+        child started ahead of its turn (benchmarks.prepared), or None where it is not
+        known yet or not to be prepared ahead: a unit after the first waits until the
+        first has stored its build (it would build again otherwise), and one unit at most
+        is started beyond the minimum, where the cell may stop before it."""
+        if self._final is not None or self._mode == "interleaved" \
+                or not prepared.quiet_build(self._unit_spec):
+            return None
+        j = len(self._results) + n
+        if (j >= 1 and not self._results) or j >= self._k_max \
+                or (j >= self._k_min and n > 0):
+            return None
+        one = process_spec(self._unit_spec, j)
+        python, env, cwd = self._python, self._env, self._cwd
+
+        def launch(workdir: Path, extra_env: dict[str, str],
+                   fds: tuple[int, ...]) -> _Child | BenchResult:
+            pin = host.pin_cores(one.device, one.threads)
+            child = _launch(one, workdir, python=python, env=env, cwd=cwd, pin=pin,
+                            extra_env=extra_env, pass_fds=fds)
+            if isinstance(child, _Child):
+                host.keep_off(child.proc.pid, pin)  # the timing child's core is its own
+            return child
+
+        return unit_key(one, python, env, cwd), launch
 
     def _accept(self, one: BenchResult, j: int, side: str = "") -> bool:
         """False when the unit ends the cell (a failure) or is to be measured again (the
@@ -680,18 +707,46 @@ def run_adaptive_interleaved(
 
     report()
     turn = 0
-    while not all(m.done for m in measurements):
-        order = range(len(measurements))
-        for i in (order if turn % 2 == 0 else reversed(order)):
-            m = measurements[i]
-            if m.done:
-                continue
-            m.step()
-            if after_each is not None:
-                after_each(i)
-            report()
-        turn += 1
+    with prepared.preparing(prepared.ahead_setting()) as preparer:
+        while not all(m.done for m in measurements):
+            order = list(range(len(measurements)))
+            if turn % 2:
+                order.reverse()
+            for position, i in enumerate(order):
+                m = measurements[i]
+                if m.done:
+                    continue
+                if preparer is not None:
+                    _prepare_ahead(preparer, measurements, turn, position)
+                m.step()
+                if after_each is not None:
+                    after_each(i)
+                report()
+            turn += 1
     return [m.result() for m in measurements]
+
+
+def _prepare_ahead(preparer: prepared.Preparer, measurements: Sequence[Any], turn: int,
+                   position: int, turns: int = 3) -> None:
+    """Start the children of the next units in the order their turns will come (this
+    turn's rest, then the next ones'), as many as the preparer has room for; discard
+    prepared children no longer among them (a cell decided, its unit spec changed)."""
+    n = len(measurements)
+    wanted: list[tuple[tuple[Any, ...], prepared.Launch]] = []
+    counts = [0] * n
+    for t in range(turn, turn + turns):
+        order = list(range(n)) if t % 2 == 0 else list(reversed(range(n)))
+        for i in order[position:] if t == turn else order:
+            m = measurements[i]
+            if m.done or not hasattr(m, "upcoming"):
+                continue
+            unit = m.upcoming(counts[i])
+            counts[i] += 1
+            if unit is not None:
+                wanted.append(unit)
+    preparer.keep_only({key for key, _ in wanted})
+    for key, launch in wanted:
+        preparer.start(key, launch)
 
 
 def _comparison_target(policy: TimingPolicy) -> float:
@@ -872,6 +927,14 @@ def merge_processes(
                and "sides" in r.evidence else {}),
             **({"build": r.evidence["build"]} if isinstance(r.evidence, dict)
                and isinstance(r.evidence.get("build"), dict) else {}),
+            **({"phases": r.evidence["phases"]} if isinstance(r.evidence, dict)
+               and isinstance(r.evidence.get("phases"), dict) else {}),
+            # when it timed, on the host's monotonic clock: children prepared ahead time
+            # one at a time, and this shows it
+            **({"timing_window": list(timing["window"])}
+               if isinstance(timing.get("window"), list) else {}),
+            **({"prepared_ahead": r.evidence["prepared_ahead"]} if isinstance(r.evidence, dict)
+               and isinstance(r.evidence.get("prepared_ahead"), dict) else {}),
         })
     evidence = dict(first.evidence)
     if isinstance(evidence.get("timing"), dict):
@@ -1358,6 +1421,12 @@ def _launch(
     return _Child(spec, proc, out_path, log_path)
 
 
+def unit_key(spec: BenchSpec, python: str, env: dict[str, str] | None,
+             cwd: str | None) -> tuple[Any, ...]:
+    """What names one unit's child: a child prepared ahead serves only this very unit."""
+    return (spec.to_json(), python, tuple(sorted((env or {}).items())), cwd)
+
+
 def _run_one(
     spec: BenchSpec,
     *,
@@ -1367,6 +1436,11 @@ def _run_one(
     cwd: str | None,
 ) -> BenchResult:
     started = time.monotonic()
+    preparer = prepared.active()
+    ready = preparer.take(unit_key(spec, python, env, cwd)) if preparer is not None else None
+    if ready is not None:
+        assert preparer is not None
+        return _run_prepared(ready, preparer, spec, timeout_s)
     with tempfile.TemporaryDirectory(prefix="speedwatch-bench-") as tmp:
         child = _launch(spec, Path(tmp), python=python, env=env, cwd=cwd,
                         pin=host.pin_cores(spec.device, spec.threads))
@@ -1377,6 +1451,45 @@ def _run_one(
         with monitor:
             child.wait(timeout_s)
         result = child.finish(started, timeout_s)
+    return _with_host_load(result, monitor)
+
+
+def _run_prepared(ready: prepared.Prepared, preparer: prepared.Preparer, spec: BenchSpec,
+                  timeout_s: float) -> BenchResult:
+    """A unit whose child was started ahead: its turn once it is at its gate. The children
+    preparing meanwhile are this run's own (`evidence.prepared_beside` counts them), not
+    another tenant's load."""
+    child = ready.child
+    left = max(1.0, timeout_s - (time.monotonic() - ready.launched))
+    waited = time.monotonic()
+    if not ready.poll_ready(left) and child.proc.poll() is None:
+        child.timed_out = True  # still preparing at the end of its time
+    turn_began = time.monotonic()
+    beside = len(preparer.pids())
+    try:
+        if not child.timed_out:
+            ready.go()
+            preparer.timing_pid = child.proc.pid
+            proc = child.proc
+            monitor = host.LoadMonitor(pids=lambda: [proc.pid, *preparer.pids()],
+                                       cores=host.load_cores(spec.device))
+            with monitor:
+                child.wait(timeout_s)
+        result = child.finish(ready.launched, timeout_s)
+    finally:
+        preparer.timing_pid = None
+        ready.close()
+        ready.workdir.cleanup()
+    if result.status == "ok" and isinstance(result.evidence, dict):
+        result.evidence["prepared_ahead"] = {
+            "waited_for_ready_seconds": round(turn_began - waited, 3),
+            "prepared_beside": beside}
+    if child.timed_out:
+        return result
+    return _with_host_load(result, monitor)
+
+
+def _with_host_load(result: BenchResult, monitor: host.LoadMonitor) -> BenchResult:
     window = (result.evidence.get("timing") or {}).get("window") \
         if isinstance(result.evidence, dict) else None
     if result.status == "ok":

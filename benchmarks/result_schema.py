@@ -412,8 +412,22 @@ class BuildEvidence(Open):
     refused: Text | None = None
 
 
+# where a process's seconds went (benchmarks.runner.Phases): "start", "identity", "model",
+# "compile", "capture", "timing", ...
+PhaseSeconds = Annotated[dict[Name, NonNegative], Field(max_length=32)]
+
+
+class PreparedAhead(Open):
+    """A process started ahead of its turn (benchmarks.prepared): how long its turn waited
+    for it to be ready, and how many of the run's children prepared while it timed."""
+
+    waited_for_ready_seconds: NonNegative | None = None
+    prepared_beside: Count | None = None
+
+
 class FaultEvidence(Open):
     slow_candidate: NonNegative | None = None
+    clock: Name | None = None  # the clock its extra work is counted on: thread or wall
 
 
 class SideEvidence(Open):
@@ -447,6 +461,9 @@ class ProcessEvidence(Open):
     finished_at: Timestamp | None = None
     sides: SidesEvidence | None = None
     build: BuildEvidence | None = None
+    phases: PhaseSeconds | None = None
+    timing_window: Annotated[list[NonNegative], Field(min_length=2, max_length=2)] | None = None
+    prepared_ahead: PreparedAhead | None = None
 
 
 class Resolvable(Open):
@@ -496,6 +513,7 @@ class EvidenceDocument(Open):
     baseline_accuracy: AccuracyDocument | None = None
     compile: CompileEvidence | None = None
     build: BuildEvidence | None = None
+    phases: PhaseSeconds | None = None
     fault: FaultEvidence | None = None
     processes: Annotated[list[ProcessEvidence], Field(max_length=MAX_PROCESSES)] | None = None
     ci_method: Method | None = None

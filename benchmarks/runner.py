@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import os
 import resource
 import sys
 import time
@@ -39,7 +40,16 @@ from typing import Any
 
 import torch
 
-from benchmarks import build, build_cache, fingerprint, host, identity, model_ref, stats
+from benchmarks import (
+    build,
+    build_cache,
+    fingerprint,
+    host,
+    identity,
+    model_ref,
+    prepared,
+    stats,
+)
 from benchmarks.accuracy import compare, tolerance
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.clocks import CUDA_CLOCK, SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
@@ -51,6 +61,36 @@ from benchmarks.turns import ChildTurns
 
 KERNEL_COUNT_INFERENCES = 5
 _REASON_MAX = 400
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux; None elsewhere): how long the
+    interpreter, its imports and the child's own set-up took before the measurement."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Phases:
+    """Where a process's seconds went, phase by phase (`evidence.phases`): what to shorten
+    when a cell takes long, and the build's share of it."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        age = process_age()
+        if age is not None:
+            self.seconds["start"] = round(age, 3)
+        self._mark = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._mark, 3)
+        self._mark = now
 
 
 def _now() -> str:
@@ -346,6 +386,7 @@ def _measure(
     device = torch.device(spec.device)
     dtype = model_dtype(spec.precision)
     evidence: dict[str, Any] = {}
+    phases = Phases()
     peak: dict[str, int] = {}
     threads = spec.options.get("threads")
     if threads is not None:
@@ -367,6 +408,7 @@ def _measure(
         model_info = {}
     # this interpreter's software, once: the build cache's key and the result's identity
     environment = identity.environment_identity()
+    phases.lap("identity")
     with _stage("build"):
         with _Peak(on_cuda) as p_base:
             model, x32, reference = _build(spec, device, model_info, environment, evidence)
@@ -378,6 +420,7 @@ def _measure(
         tol = tolerance(spec.precision, spec.device)
         evidence["baseline_accuracy"] = asdict(compare(baseline_out, reference, tol))
         del baseline_out, x32
+    phases.lap("model")
 
     side = spec.child_side  # None: both sides here; else one side of a split measurement
     compiled: Any = None
@@ -395,6 +438,7 @@ def _measure(
         with _stage("peak memory"), _Peak(on_cuda) as p_steady, torch.inference_mode():
             model(x)
         peak["baseline"] = p_steady.value if on_cuda else peak["baseline_build"]
+    phases.lap("compile")
 
     def baseline_fn() -> torch.Tensor:
         return model(x)
@@ -403,21 +447,32 @@ def _measure(
         return compiled.run(x)
 
     if slow_candidate > 0 and side != "baseline":
-        evidence["fault"] = {"slow_candidate": slow_candidate}
+        # Extra work, as a slower kernel does: busy, not asleep (a sleep's wake-up latency
+        # would add noise of its own), and on the clock the cell is timed by. A one-thread
+        # CPU cell counts its thread's CPU time, and a wait to a wall-clock deadline does
+        # less work when a co-tenant preempts it: beside two busy co-tenants a 4.5% fault
+        # timed that way measured -2.9%.
+        work_clock = time.thread_time if not on_cuda and spec.threads == 1 \
+            else time.perf_counter
+        evidence["fault"] = {"slow_candidate": slow_candidate,
+                             "clock": "thread" if work_clock is time.thread_time else "wall"}
         fast_fn = candidate_fn
 
         def candidate_fn() -> torch.Tensor:
-            # Busy-wait, not sleep: a sleep's wake-up latency would add noise of its own.
-            begin = time.perf_counter()
+            begin = work_clock()
             out = fast_fn()
-            until = begin + (time.perf_counter() - begin) * (1 + slow_candidate)
-            while time.perf_counter() < until:
+            until = begin + (work_clock() - begin) * (1 + slow_candidate)
+            while work_clock() < until:
                 pass
             return out
 
     # The callables this process times: both, or the one side of a split child.
     timed = {"baseline": baseline_fn, "candidate": candidate_fn} if side is None else \
         {side: baseline_fn if side == "baseline" else candidate_fn}
+    # A child started ahead of its turn (benchmarks.prepared) waits here: everything above
+    # prepares, everything below times or belongs to the timing (capture, counts, profiles).
+    if prepared.wait_for_turn() > 0:
+        phases.lap("gate")
     with _stage("cuda graph capture"):
         graphs = {name: False for name in timed}
         fallback: str | None = None
@@ -438,6 +493,7 @@ def _measure(
         if fallback is not None:
             evidence["cuda_graphs_fallback"] = fallback
     mode = "graphs" if all(graphs.values()) and graphs else "nographs"
+    phases.lap("capture")
 
     # The timed thread on its own core (benchmarks.host), pinned here and not at start:
     # compilers before this point may use every core.
@@ -457,6 +513,7 @@ def _measure(
                                   wall_baseline_ms=[],
                                   wall_candidate_ms=samples.wall_baseline_ms)
     nvml_end = fingerprint.collect_nvml() if on_cuda else None
+    phases.lap("timing")
     # what this process ran, read before passes that import more (the profile)
     timed_distributions = identity.loaded_distributions(environment["distributions"])
     evidence["timing"] = {
@@ -497,6 +554,7 @@ def _measure(
                     ("baseline", baseline_fn), ("candidate", candidate_fn)) if name in graphs}
         except Exception as exc:  # evidence is a bonus; never lose the measurement over it
             evidence["kernels_per_inference_error"] = one_line(exc)
+        phases.lap("kernels")
     # Each side's profile (benchmarks.profile), in a pass after the timing: the first
     # process's, like the kernel counts. It explains a change; it never is one.
     if profiled_here(spec):
@@ -505,6 +563,7 @@ def _measure(
                 {name: fn for name, fn in (("baseline", baseline_fn),
                                            ("candidate", candidate_fn)) if name in graphs},
                 compiled, x, on_cuda))
+        phases.lap("profile")
     if compiled is not None:
         evidence.update(compiled.evidence)
         # what the build chose, hashed (benchmarks.build): equal fingerprints, same code
@@ -527,6 +586,8 @@ def _measure(
         name: identity.side_identity(environment, name, loaded=timed_distributions,
                                      model=model_id, build=evidence.get("build_fingerprint"))
         for name in ((side,) if side is not None else ("baseline", "candidate"))}
+    phases.lap("evidence")
+    evidence["phases"] = phases.seconds
     reason = None
     if accuracy is not None and not accuracy.passed:
         reason = (f"accuracy: relative L2 error {accuracy.rel_l2:.3g} exceeds the "

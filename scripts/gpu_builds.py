@@ -1,22 +1,27 @@
 """One build per GPU cell, measured through the product path (`speedwatch demo`, `submit`).
 
-On a fresh GPU host, defaults only (the host's build cache in OUT/builds, empty at first):
+On a fresh GPU host, defaults only (the host's build cache in OUT/builds, empty at first),
+the demo's four GPU cells (`--batch 1,32`: constant and tensor weights, batch 1 and 32):
 
-1. `first`: `speedwatch demo --device cuda --exit-when-done` on a new data dir: every cell
-   builds its candidate once and its other processes load it.
+1. `first`: `speedwatch demo --device cuda --batch 1,32 --exit-when-done` on a new data
+   dir: every cell builds its candidate once and its other processes load it, prepared
+   while another process times.
 2. `again`: the same demo again on the same data dir: the same software, every build
    loaded from the cache.
-3. `fresh`: the demo on another new data dir with the build cache off
-   (`SPEEDWATCH_BUILD_CACHE_DIR=off`): every process compiles afresh, as before; its
-   speedups beside run 1's, cell by cell.
+3. `fresh`: the demo on another new data dir as before builds were kept: the build cache
+   off (`SPEEDWATCH_BUILD_CACHE_DIR=off`, every process compiles afresh) and one process
+   at a time (`SPEEDWATCH_PREPARE_AHEAD=0`); its speedups beside run 1's, cell by cell.
 4. `custom-op`: `serve` on run 1's data dir and one `submit --wait` of the constant-weights
    batch-32 cell in an environment whose pipeline inserts the project's opaque op
    (scripts/gpu_verdicts.py's named interpreter), with the cache warm: the changed
    pipeline must miss the cache and the regression must be caught at the default
    threshold.
+5. `custom-op-bs1`: the project's threshold set to 0.5%, then the batch-1 cell the same
+   way (its break is smaller).
 
-Writes OUT/summary.json, OUT/summary.md, OUT/runs.json (every run as the API returns it),
-OUT/cli.log. `--steps` picks steps (default all, in order).
+Writes OUT/summary.json (with every process's build, phases and timing window),
+OUT/runs.json (every run as the API returns it), OUT/cli.log. `--steps` picks steps
+(default all, in order).
 
     bash scripts/gpu_run python3 scripts/gpu_builds.py --out /tmp/builds     # on a GPU host
 """
@@ -89,6 +94,20 @@ PLUMBING = ["--device", "cpu", "--backend", "onnxruntime", "--width", "8", "--im
 GPU = ["--device", "cuda"]
 
 
+def process_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each cell's processes: built or loaded, where their seconds went, when they timed."""
+    rows = []
+    for cell in run["cells"]:
+        evidence = (cell.get("result") or {}).get("evidence") or {}
+        rows.append({"series_key": cell["series_key"], "processes": [
+            {"build": (p.get("build") or {}).get("source"),
+             "build_seconds": (p.get("build") or {}).get("seconds"),
+             "phases": p.get("phases"), "timing_window": p.get("timing_window"),
+             "prepared_ahead": p.get("prepared_ahead"), "speedup": p.get("speedup")}
+            for p in evidence.get("processes") or []]})
+    return rows
+
+
 def demo(env: dict[str, str], data: Path, port: int, log: Path,
          matrix: list[str]) -> dict[str, Any]:
     t0 = time.monotonic()
@@ -100,8 +119,10 @@ def demo(env: dict[str, str], data: Path, port: int, log: Path,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--steps", default="first,again,fresh,custom-op")
+    parser.add_argument("--steps", default="first,again,fresh,custom-op,custom-op-bs1")
     parser.add_argument("--port", type=int, default=8795)
+    parser.add_argument("--batch", default="1,32",
+                        help="the demo's batch sizes (1,32: the four cells of the GPU demo)")
     parser.add_argument("--plumbing", action="store_true",
                         help="a tiny model on the CPU: checks the script, measures nothing")
     args = parser.parse_args()
@@ -111,11 +132,15 @@ def main() -> int:
     builds = out / "builds"
     cached, uncached = out / "data-cached", out / "data-fresh"
     steps = args.steps.split(",")
-    matrix = PLUMBING if args.plumbing else GPU
+    matrix = PLUMBING if args.plumbing else [*GPU, "--batch", args.batch]
     submit_matrix = ["--model", "resnet50", *(
-        ["--backend", "onnxruntime", "--precision", "fp32", "--batch", "1", "--device", "cpu",
+        ["--backend", "onnxruntime", "--precision", "fp32", "--device", "cpu",
          "--width", "8", "--image-size", "32"] if args.plumbing else
-        ["--backend", "inductor", "--precision", "fp16", "--batch", "32", "--device", "cuda"])]
+        ["--backend", "inductor", "--precision", "fp16", "--device", "cuda"])]
+    # the custom-op regression: batch 32 at the default threshold, batch 1 (a smaller
+    # break) at 0.5%
+    custom_op_plan = [("custom-op", "1" if args.plumbing else "32", None),
+                      ("custom-op-bs1", "1", "0.005")]
     if "first" in steps:
         for path in (builds, cached):
             shutil.rmtree(path, ignore_errors=True)
@@ -130,23 +155,31 @@ def main() -> int:
             summary["steps"][step] = demo(env_for(cached, str(builds)), cached, args.port, log,
                                          matrix)
         elif step == "fresh":
+            # as before builds were kept: every process compiles, one process at a time
             shutil.rmtree(uncached, ignore_errors=True)
             uncached.mkdir(parents=True)
-            summary["steps"][step] = demo(env_for(uncached, "off"), uncached, args.port, log,
-                                         matrix)
-        elif step == "custom-op":
+            summary["steps"][step] = demo(
+                env_for(uncached, "off", {"SPEEDWATCH_PREPARE_AHEAD": "0"}), uncached,
+                args.port, log, matrix)
+        elif step.startswith("custom-op"):
+            _, batch, threshold = next(p for p in custom_op_plan if p[0] == step)
             env = env_for(cached, str(builds), {"SPEEDWATCH_INTERPRETERS": json.dumps(
                 {"pipeline-customop": str(pipeline_with_custom_op(cached))})})
+            url = f"http://127.0.0.1:{args.port + 1}"
             server = serve(env, args.port + 1, out / "serve.log")
             try:
                 ci = token(env, "ci", log)
+                if threshold is not None:
+                    admin = token(env, "admin", log)
+                    cli("policy", "set", "--url", url, "--token", admin, "--project", "demo",
+                        "--threshold", threshold, env=env, log=log)
                 t0 = time.monotonic()
-                code, _ = cli("submit", "--url", f"http://127.0.0.1:{args.port + 1}",
+                code, _ = cli("submit", "--url", url,
                               "--token", ci, "--project", "demo", "--wait", "--timeout",
-                              "3600", "--poll", "5", *submit_matrix, "--weights", "constant",
-                              "--revision", "custom-op",
+                              "3600", "--poll", "5", *submit_matrix, "--batch", batch,
+                              "--weights", "constant", "--revision", step,
                               "--interpreter", "pipeline-customop", env=env, log=log)
-                summary["steps"][step] = {"exit": code,
+                summary["steps"][step] = {"exit": code, "threshold": threshold or "default",
                                           "wall_s": round(time.monotonic() - t0, 1)}
             finally:
                 server.terminate()
@@ -161,6 +194,8 @@ def main() -> int:
     summary["cells"] = {name: [{"run": r["id"], "revision": r.get("revision"),
                                 "verdict": r.get("verdict"), "cells": cell_rows(r)}
                                for r in items] for name, items in runs.items()}
+    summary["processes"] = {name: [{"run": r["id"], "cells": process_rows(r)} for r in items]
+                            for name, items in runs.items()}
     summary["wall_s"] = round(time.time() - summary["started"], 1)
     save()
     print(json.dumps(summary["steps"], indent=1))

@@ -141,7 +141,7 @@ def _cxx_compiler() -> str | None:
     return None
 
 
-def _mode(spec: BenchSpec) -> str:
+def compile_mode(spec: BenchSpec) -> str:
     """torch.compile's mode: the spec's opt_level axis, else option `mode` (older series)."""
     if spec.opt_level != "default":
         return spec.opt_level
@@ -182,7 +182,7 @@ class InductorBackend:
             return f"torch {torch.__version__} has no torch.compile (needs torch >= 2)"
         if spec.opt_level != "default" and "mode" in spec.options:
             return "opt_level and option mode both given: use opt_level"
-        mode = _mode(spec)
+        mode = compile_mode(spec)
         if mode not in MODES:
             return f"option mode: {mode!r} is not one of {', '.join(MODES)}"
         if not torch._dynamo.is_dynamo_supported():
@@ -247,7 +247,7 @@ class InductorBackend:
         reason = self.unavailable_reason(spec)
         if reason is not None:
             raise BackendUnavailable(reason)
-        mode = _mode(spec)
+        mode = compile_mode(spec)
         freezing = spec.weights == "constant"
         dynamic = spec.shape_mode == "dynamic"
 

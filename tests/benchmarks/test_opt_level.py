@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.backends.inductor import _mode
+from benchmarks.backends.inductor import compile_mode as _mode
 from benchmarks.backends.onnxruntime import BACKEND as ORT
 from benchmarks.backends.onnxruntime import opt_level_name
 from benchmarks.matrix import BadInput, build_matrix
