@@ -48,6 +48,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -361,17 +362,19 @@ class AdaptiveMeasurement:
         if len(self._results) >= self._k_max:
             self._finish()
 
-    def upcoming(self, n: int) -> tuple[tuple[Any, ...], prepared.Launch] | None:
+    def upcoming(self, n: int, *, first_ready: bool = False,
+                 ) -> tuple[tuple[Any, ...], prepared.Launch] | None:
         """The key and launcher of this cell's `n`-th next unit (0: the next), for a
         child started ahead of its turn (benchmarks.prepared), or None where it is not
         known yet or not to be prepared ahead: a unit after the first waits until the
-        first has stored its build (it would build again otherwise), and one unit at most
+        first has stored its build (`first_ready`: it reached its gate, or it is done;
+        it would build again otherwise), and one unit at most
         is started beyond the minimum, where the cell may stop before it."""
         if self._final is not None or self._mode == "interleaved" \
                 or not prepared.quiet_build(self._unit_spec):
             return None
         j = len(self._results) + n
-        if (j >= 1 and not self._results) or j >= self._k_max \
+        if (j >= 1 and not self._results and not first_ready) or j >= self._k_max \
                 or (j >= self._k_min and n > 0):
             return None
         one = process_spec(self._unit_spec, j)
@@ -717,7 +720,9 @@ def run_adaptive_interleaved(
                 if m.done:
                     continue
                 if preparer is not None:
-                    _prepare_ahead(preparer, measurements, turn, position)
+                    preparer.refill = partial(_prepare_ahead, preparer, measurements, turn,
+                                              position)
+                    preparer.refill()
                 m.step()
                 if after_each is not None:
                     after_each(i)
@@ -740,7 +745,9 @@ def _prepare_ahead(preparer: prepared.Preparer, measurements: Sequence[Any], tur
             m = measurements[i]
             if m.done or not hasattr(m, "upcoming"):
                 continue
-            unit = m.upcoming(counts[i])
+            first = m.upcoming(0) if counts[i] > 0 and not m.processes else None
+            unit = m.upcoming(counts[i], first_ready=first is not None
+                              and preparer.is_ready(first[0]))
             counts[i] += 1
             if unit is not None:
                 wanted.append(unit)
@@ -1437,10 +1444,25 @@ def _run_one(
 ) -> BenchResult:
     started = time.monotonic()
     preparer = prepared.active()
-    ready = preparer.take(unit_key(spec, python, env, cwd)) if preparer is not None else None
-    if ready is not None:
-        assert preparer is not None
-        return _run_prepared(ready, preparer, spec, timeout_s)
+    if preparer is not None:
+        key = unit_key(spec, python, env, cwd)
+        if not preparer.has(key) and prepared.quiet_build(spec):
+            pin = host.pin_cores(spec.device, spec.threads)
+            preparer.start(key, lambda workdir, extra_env, fds: _launch(
+                spec, workdir, python=python, env=env, cwd=cwd, pin=pin,
+                extra_env=extra_env, pass_fds=fds), force=True)
+        ready = preparer.take(key)
+        if ready is not None:
+            return _run_prepared(ready, preparer, spec, timeout_s)
+        # a child whose build times on the device: nobody prepares beside it
+        with preparer.paused_for():
+            return _run_alone(spec, started, timeout_s=timeout_s, python=python, env=env,
+                              cwd=cwd)
+    return _run_alone(spec, started, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
+
+
+def _run_alone(spec: BenchSpec, started: float, *, timeout_s: float, python: str,
+               env: dict[str, str] | None, cwd: str | None) -> BenchResult:
     with tempfile.TemporaryDirectory(prefix="speedwatch-bench-") as tmp:
         child = _launch(spec, Path(tmp), python=python, env=env, cwd=cwd,
                         pin=host.pin_cores(spec.device, spec.threads))
@@ -1454,29 +1476,58 @@ def _run_one(
     return _with_host_load(result, monitor)
 
 
+# how often a turn looks at its child's words, its exit and the children to start
+_TURN_POLL_S = 0.25
+
+
 def _run_prepared(ready: prepared.Prepared, preparer: prepared.Preparer, spec: BenchSpec,
                   timeout_s: float) -> BenchResult:
-    """A unit whose child was started ahead: its turn once it is at its gate. The children
-    preparing meanwhile are this run's own (`evidence.prepared_beside` counts them), not
+    """A unit whose child was started ahead: its turn once it is at its gate, the others
+    stopped while it times (benchmarks.prepared). Meanwhile children whose turns come later
+    start. They are this run's own processes (`evidence.prepared_ahead` counts them), not
     another tenant's load."""
-    child = ready.child
-    left = max(1.0, timeout_s - (time.monotonic() - ready.launched))
+    child, proc = ready.child, ready.child.proc
+    deadline = ready.launched + timeout_s
     waited = time.monotonic()
-    if not ready.poll_ready(left) and child.proc.poll() is None:
-        child.timed_out = True  # still preparing at the end of its time
+    while not ready.poll_ready(_TURN_POLL_S):
+        if proc.poll() is not None:
+            break  # it ended before its gate: finish() says how
+        if time.monotonic() > deadline:
+            child.timed_out = True
+            break
+        preparer.refill()
     turn_began = time.monotonic()
+    if ready.ready:
+        preparer.seen_ready(ready.key)  # its build is stored: the cell's next units may load it
     beside = len(preparer.pids())
+    monitor = host.LoadMonitor(pids=lambda: [proc.pid, *preparer.pids()],
+                               cores=host.load_cores(spec.device))
     try:
-        if not child.timed_out:
+        if ready.ready:
             ready.go()
-            preparer.timing_pid = child.proc.pid
-            proc = child.proc
-            monitor = host.LoadMonitor(pids=lambda: [proc.pid, *preparer.pids()],
-                                       cores=host.load_cores(spec.device))
+            preparer.timing_pid = proc.pid
+            deadline = time.monotonic() + timeout_s
             with monitor:
-                child.wait(timeout_s)
+                while proc.poll() is None:
+                    if time.monotonic() > deadline:
+                        child.timed_out = True
+                        break
+                    word = ready.word(_TURN_POLL_S)
+                    if word == "quiet":
+                        preparer.pause()
+                        ready.go()
+                    elif word == "timed":
+                        preparer.resume()
+                    elif word == "":  # its end of the pipe closed: it is ending
+                        try:
+                            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                        except subprocess.TimeoutExpired:
+                            child.timed_out = True
+                    if not preparer.paused:
+                        preparer.refill()
         result = child.finish(ready.launched, timeout_s)
     finally:
+        preparer.resume()
         preparer.timing_pid = None
         ready.close()
         ready.workdir.cleanup()
@@ -1484,7 +1535,7 @@ def _run_prepared(ready: prepared.Prepared, preparer: prepared.Preparer, spec: B
         result.evidence["prepared_ahead"] = {
             "waited_for_ready_seconds": round(turn_began - waited, 3),
             "prepared_beside": beside}
-    if child.timed_out:
+    if child.timed_out or not ready.ready:
         return result
     return _with_host_load(result, monitor)
 

@@ -5,19 +5,27 @@ building the candidate, its first call and accuracy check); its timing is a few 
 Run one after another, a GPU run is mostly a GPU waiting for the next process to prepare.
 Here the children a run will need next start early and prepare side by side; each stops
 at its gate, before it captures its CUDA graphs, and says "ready"; the parent tells one
-child at a time "go", in the run's own turn order, and it captures, times and ends alone.
-So timing stays one process at a time on the GPU, while preparation overlaps it.
+child at a time "go", in the run's own turn order.
 
-Preparing beside a timing child is not nothing: it uses CPU cores and a little of the GPU
-(reference inferences, a first call, constant folding). Where a build itself times
-candidates on the device (builds as shipped, the max-autotune modes, TensorRT), that
-timing would both disturb and be disturbed, so those cells never prepare ahead
-(`quiet_build`). `SPEEDWATCH_PREPARE_AHEAD` sets how many children may be alive at once,
-the timing one included (default 8; 0 or 1: one at a time, as on a CPU, where a second
+Preparing beside a timing child is not harmless: measured on an H200 (the four-cell demo,
+eight children alive), cells whose half-widths are 0.03-0.12% alone came out at 0.3-10.9%
+with others preparing beside their timing. So the timing itself is a quiet window: before
+its warm-up the child says "quiet", the parent stops every preparing child (SIGSTOP to its
+process group, compile workers included), lets the GPU drain what they queued, and says
+"go"; after its last round the child says "timed" and the others go on (SIGCONT).
+Preparation overlaps everything else a process does (its start, capture, kernel counts,
+profiles, its exit), never its timing.
+
+Where a build itself times candidates on the device (builds as shipped, the max-autotune
+modes, TensorRT), preparing beside others would disturb that timing too, so those cells
+never prepare ahead (`quiet_build`), and every other child is stopped for the whole life
+of theirs. `SPEEDWATCH_PREPARE_AHEAD` sets how many children may be alive at once, the
+timing one included (default 8; 0 or 1: one at a time, as on a CPU, where a second
 process on the host moves the timing itself).
 
-The gate's protocol is two words over two pipes (`GATE_ENV` names the child's ends): the
-child says "ready" and waits; the parent says "go" (or closes the pipe: the child exits).
+The protocol is a word a line over two pipes (`GATE_ENV` names the child's ends): the
+child says "ready" and waits for "go"; later "quiet", and waits for "go"; then "timed".
+A parent gone, or one that closes the pipe, ends the child at its gate.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +45,8 @@ GATE_ENV = "SPEEDWATCH_GATE_FDS"
 AHEAD_ENV = "SPEEDWATCH_PREPARE_AHEAD"
 DEFAULT_AHEAD = 8
 MAX_AHEAD = 64
+# after stopping the preparing children: time for the GPU to finish what they had queued
+SETTLE_S = 0.2
 
 
 def ahead_setting(environ: dict[str, str] | None = None) -> int:
@@ -65,24 +76,54 @@ def quiet_build(spec: Any) -> bool:
 
 # ---- the child's end ---------------------------------------------------------------------
 
-def wait_for_turn(environ: dict[str, str] | None = None) -> float:
-    """At the gate: say "ready", wait for "go"; the seconds waited (0 without a gate). A
-    parent gone or saying anything else ends the process: it was not wanted any more."""
-    value = (os.environ if environ is None else environ).get(GATE_ENV, "")
-    parts = value.split(",")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+_PIPES: tuple[Any, Any] | None = None
+
+
+def _pipes(environ: dict[str, str] | None) -> tuple[Any, Any] | None:
+    global _PIPES
+    if _PIPES is None:
+        value = (os.environ if environ is None else environ).get(GATE_ENV, "")
+        parts = value.split(",")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            return None
+        _PIPES = (os.fdopen(int(parts[0]), "rb", buffering=0),
+                  os.fdopen(int(parts[1]), "wb", buffering=0))
+    return _PIPES
+
+
+def _ask(word: str, environ: dict[str, str] | None) -> float:
+    """Say `word`, wait for "go"; the seconds waited (0 without a gate). A parent gone or
+    saying anything else ends the process: it is not wanted any more."""
+    pipes = _pipes(environ)
+    if pipes is None:
         return 0.0
+    reader, writer = pipes
     began = time.perf_counter()
-    reader = os.fdopen(int(parts[0]), "rb", buffering=0)
-    writer = os.fdopen(int(parts[1]), "wb", buffering=0)
     try:
-        writer.write(b"ready\n")
+        writer.write(f"{word}\n".encode("ascii"))
     except BrokenPipeError:
         os._exit(3)
-    word = reader.readline().decode("ascii", errors="replace").strip()
-    if word != "go":
+    if reader.readline().decode("ascii", errors="replace").strip() != "go":
         os._exit(3)
     return time.perf_counter() - began
+
+
+def wait_for_turn(environ: dict[str, str] | None = None) -> float:
+    """At the gate: "ready", then wait for the turn; the seconds waited."""
+    return _ask("ready", environ)
+
+
+def quiet_please(environ: dict[str, str] | None = None) -> float:
+    """Before timing: ask the parent to stop the children preparing beside this one."""
+    return _ask("quiet", environ)
+
+
+def timed(environ: dict[str, str] | None = None) -> None:
+    """After timing: the others may go on."""
+    pipes = _pipes(environ)
+    if pipes is not None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            pipes[1].write(b"timed\n")
 
 
 # ---- the parent's end --------------------------------------------------------------------
@@ -100,23 +141,30 @@ class Prepared:
     ready: bool = False
     _buffer: bytes = b""
 
-    def poll_ready(self, timeout_s: float) -> bool:
-        """Whether it said "ready" within `timeout_s` (False: it ended or is still busy)."""
-        if self.ready:
-            return True
+    def word(self, timeout_s: float) -> str | None:
+        """The child's next word within `timeout_s`: None if none came, "" once it ended
+        (its pipe closed: a skip, a crash, or its exit)."""
         deadline = time.monotonic() + timeout_s
-        while True:
+        while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             readable, _, _ = select.select([self.from_child], [], [], max(0.0, left))
             if not readable:
-                return False
-            chunk = os.read(self.from_child, 64)
-            if not chunk:  # it ended before its gate (a skip, a crash): finish() says how
-                return False
+                return None
+            try:
+                chunk = os.read(self.from_child, 64)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return ""
             self._buffer += chunk
-            if b"ready\n" in self._buffer:
-                self.ready = True
-                return True
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode("ascii", errors="replace").strip()
+
+    def poll_ready(self, timeout_s: float) -> bool:
+        """Whether it said "ready" within `timeout_s` (False: it ended or is still busy)."""
+        if not self.ready:
+            self.ready = self.word(timeout_s) == "ready"
+        return self.ready
 
     def go(self) -> None:
         with contextlib.suppress(BrokenPipeError, OSError):
@@ -144,6 +192,11 @@ class Preparer:
         self.ahead = ahead
         self._waiting: dict[tuple[Any, ...], Prepared] = {}
         self.timing_pid: int | None = None
+        self._paused = False
+        self._seen_ready: set[tuple[Any, ...]] = set()
+        # starts the children wanted next (set by the run's loop); called while a turn
+        # waits, so that children whose turn comes later start meanwhile
+        self.refill: Callable[[], None] = lambda: None
 
     def alive(self) -> int:
         return len(self._waiting) + (1 if self.timing_pid is not None else 0)
@@ -154,9 +207,10 @@ class Preparer:
     def has(self, key: tuple[Any, ...]) -> bool:
         return key in self._waiting
 
-    def start(self, key: tuple[Any, ...], launch: Launch) -> bool:
-        """Start the child for `key` now, if there is room; whether it was started."""
-        if key in self._waiting or self.alive() >= self.ahead:
+    def start(self, key: tuple[Any, ...], launch: Launch, *, force: bool = False) -> bool:
+        """Start the child for `key` now, if there is room (`force`: even if not); never
+        while the others are stopped for a timing. Whether it was started."""
+        if key in self._waiting or self._paused or (self.alive() >= self.ahead and not force):
             return False
         workdir = tempfile.TemporaryDirectory(prefix="speedwatch-bench-")
         to_child_r, to_child_w = os.pipe()
@@ -178,13 +232,66 @@ class Preparer:
     def take(self, key: tuple[Any, ...]) -> Prepared | None:
         return self._waiting.pop(key, None)
 
+    def seen_ready(self, key: tuple[Any, ...]) -> None:
+        self._seen_ready.add(key)
+
+    def is_ready(self, key: tuple[Any, ...]) -> bool:
+        """Whether the child for `key` has reached its gate (it may have gone on since)."""
+        if key in self._seen_ready:
+            return True
+        waiting = self._waiting.get(key)
+        if waiting is not None and waiting.poll_ready(0):
+            self._seen_ready.add(key)
+            return True
+        return False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self) -> None:
+        """Stop every preparing child (and its compile workers), then give the GPU a moment
+        to finish what they had queued: nothing of theirs runs while one times."""
+        if self._paused:
+            return
+        self._paused = True
+        for p in self._waiting.values():
+            _signal_group(p.child.proc.pid, signal.SIGSTOP)
+        if self._waiting:
+            time.sleep(SETTLE_S)
+
+    def resume(self) -> None:
+        if not self._paused:
+            return
+        self._paused = False
+        for p in self._waiting.values():
+            _signal_group(p.child.proc.pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def paused_for(self) -> Iterator[None]:
+        """Every preparing child stopped for the whole block (a child whose own build
+        times candidates on the device)."""
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
+
     def keep_only(self, keys: set[tuple[Any, ...]]) -> None:
         """Discard the children no longer wanted."""
         for key in [k for k in self._waiting if k not in keys]:
             self._waiting.pop(key).discard()
 
     def close(self) -> None:
+        self.resume()
         self.keep_only(set())
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    # each child leads a session of its own (benchmarks.isolation._launch), so its group
+    # holds its compile workers too
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(pid, sig)
 
 
 _ACTIVE: Preparer | None = None

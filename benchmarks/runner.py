@@ -501,6 +501,8 @@ def _measure(
     # One-thread CPU cells are timed by the thread's CPU time (benchmarks.timing).
     cpu_clock = THREAD_CLOCK if not on_cuda and spec.threads == 1 else WALL_CLOCK
     nvml_start = fingerprint.collect_nvml() if on_cuda else None
+    # the children preparing beside this one (benchmarks.prepared) stop while it times
+    quiet_wait = prepared.quiet_please()
     with _stage("timing"):
         if side is None:
             samples = time_paired(timed["baseline"], timed["candidate"], policy,
@@ -513,7 +515,10 @@ def _measure(
                                   wall_baseline_ms=[],
                                   wall_candidate_ms=samples.wall_baseline_ms)
     nvml_end = fingerprint.collect_nvml() if on_cuda else None
+    prepared.timed()
     phases.lap("timing")
+    if quiet_wait > 0:
+        phases.seconds["quiet_wait"] = round(quiet_wait, 3)
     # what this process ran, read before passes that import more (the profile)
     timed_distributions = identity.loaded_distributions(environment["distributions"])
     evidence["timing"] = {
