@@ -19,9 +19,15 @@ profiles, its exit), never its timing.
 Where a build itself times candidates on the device (builds as shipped, the max-autotune
 modes, TensorRT), preparing beside others would disturb that timing too, so those cells
 never prepare ahead (`quiet_build`), and every other child is stopped for the whole life
-of theirs. `SPEEDWATCH_PREPARE_AHEAD` sets how many children may be alive at once, the
-timing one included (default 8; 0 or 1: one at a time, as on a CPU, where a second
-process on the host moves the timing itself).
+of theirs.
+
+Off by default (`SPEEDWATCH_PREPARE_AHEAD`, 0): even with the others stopped while one
+times, on an H200 some processes of the four-cell demo timed both sides about 12% faster
+than every other process (eager 0.90 ms against 1.02 ms at batch 1), at full clocks and
+with no throttling, which no process timed one at a time ever did; the batch-1 cells'
+half-widths grew from 0.03-0.20% to 0.6-3.4%. Until that is understood, a process times
+as it always did, after preparing alone. N children alive at once (N >= 2, the timing one
+included) turns it on, for runs where time matters more than those intervals.
 
 The protocol is a word a line over two pipes (`GATE_ENV` names the child's ends): the
 child says "ready" and waits for "go"; later "quiet", and waits for "go"; then "timed".
@@ -43,7 +49,7 @@ from typing import Any
 
 GATE_ENV = "SPEEDWATCH_GATE_FDS"
 AHEAD_ENV = "SPEEDWATCH_PREPARE_AHEAD"
-DEFAULT_AHEAD = 8
+DEFAULT_AHEAD = 0
 MAX_AHEAD = 64
 # after stopping the preparing children: time for the GPU to finish what they had queued
 SETTLE_S = 0.2
