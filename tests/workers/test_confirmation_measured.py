@@ -105,7 +105,7 @@ def test_a_real_drop_between_environments_is_confirmed_by_an_interleaved_re_meas
         baseline = remeasured[confirm_runs["baseline"].id]
         assert candidate.status == baseline.status == "ok"
         # the candidate side ran in the slow interpreter, the baseline side in v1's
-        assert candidate.evidence["fault"] == {"slow_candidate": 1.0}
+        assert candidate.evidence["fault"]["slow_candidate"] == 1.0
         assert "fault" not in baseline.evidence
         assert candidate.fingerprint["environment"]["interpreter"] == "slow"
         assert baseline.fingerprint["environment"]["interpreter"] == "fast"
