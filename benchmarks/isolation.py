@@ -378,18 +378,8 @@ class AdaptiveMeasurement:
                 or (j >= self._k_min and n > 0):
             return None
         one = process_spec(self._unit_spec, j)
-        python, env, cwd = self._python, self._env, self._cwd
-
-        def launch(workdir: Path, extra_env: dict[str, str],
-                   fds: tuple[int, ...]) -> _Child | BenchResult:
-            pin = host.pin_cores(one.device, one.threads)
-            child = _launch(one, workdir, python=python, env=env, cwd=cwd, pin=pin,
-                            extra_env=extra_env, pass_fds=fds)
-            if isinstance(child, _Child):
-                host.keep_off(child.proc.pid, pin)  # the timing child's core is its own
-            return child
-
-        return unit_key(one, python, env, cwd), launch
+        return (unit_key(one, self._python, self._env, self._cwd),
+                _gated_launch(one, self._python, self._env, self._cwd))
 
     def _accept(self, one: BenchResult, j: int, side: str = "") -> bool:
         """False when the unit ends the cell (a failure) or is to be measured again (the
@@ -1434,6 +1424,22 @@ def unit_key(spec: BenchSpec, python: str, env: dict[str, str] | None,
     return (spec.to_json(), python, tuple(sorted((env or {}).items())), cwd)
 
 
+def _gated_launch(one: BenchSpec, python: str, env: dict[str, str] | None,
+                  cwd: str | None) -> prepared.Launch:
+    """How the preparer starts the child of unit `one` (benchmarks.prepared): with its
+    gate's pipes, and kept off the core the timing child is pinned to."""
+    def launch(workdir: Path, extra_env: dict[str, str],
+               fds: tuple[int, ...]) -> _Child | BenchResult:
+        pin = host.pin_cores(one.device, one.threads)
+        child = _launch(one, workdir, python=python, env=env, cwd=cwd, pin=pin,
+                        extra_env=extra_env, pass_fds=fds)
+        if isinstance(child, _Child):
+            host.keep_off(child.proc.pid, pin)  # the timing child's core is its own
+        return child
+
+    return launch
+
+
 def _run_one(
     spec: BenchSpec,
     *,
@@ -1447,10 +1453,7 @@ def _run_one(
     if preparer is not None:
         key = unit_key(spec, python, env, cwd)
         if not preparer.has(key) and prepared.quiet_build(spec):
-            pin = host.pin_cores(spec.device, spec.threads)
-            preparer.start(key, lambda workdir, extra_env, fds: _launch(
-                spec, workdir, python=python, env=env, cwd=cwd, pin=pin,
-                extra_env=extra_env, pass_fds=fds), force=True)
+            preparer.start(key, _gated_launch(spec, python, env, cwd), force=True)
         ready = preparer.take(key)
         if ready is not None:
             return _run_prepared(ready, preparer, spec, timeout_s)
