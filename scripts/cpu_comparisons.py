@@ -38,6 +38,7 @@ import math
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -73,10 +74,16 @@ def wrapper(path: Path, variables: dict[str, str]) -> str:
     return str(path)
 
 
-def latest_run(url: str, token: str) -> dict[str, Any]:
-    items = httpx.get(f"{url}/api/v1/runs", params={"limit": 1},
-                      headers={"Authorization": f"Bearer {token}"}, timeout=30).json()["items"]
-    run: dict[str, Any] = httpx.get(f"{url}/api/v1/runs/{items[0]['id']}",
+RUN_URL = re.compile(r"/api/v1/runs/(\d+)")
+
+
+def submitted_run(url: str, token: str, printed: str) -> dict[str, Any]:
+    """The run `submit` made, from the address it printed: not the newest run, which is a
+    re-measure when the comparison asked for one."""
+    match = RUN_URL.search(printed)
+    if match is None:
+        raise SystemExit(f"submit printed no run address: {printed[-300:]}")
+    run: dict[str, Any] = httpx.get(f"{url}/api/v1/runs/{match.group(1)}",
                                     headers={"Authorization": f"Bearer {token}"},
                                     timeout=30).json()
     return run
@@ -204,8 +211,8 @@ def main() -> int:
                 pass
             time.sleep(0.5)
         t0 = time.monotonic()
-        code, _ = cli(*submit, "--revision", "baseline", env=env, log=log)
-        base = latest_run(url, tokens["read"])
+        code, printed = cli(*submit, "--revision", "baseline", env=env, log=log)
+        base = submitted_run(url, tokens["read"], printed)
         summary["baseline_run"], summary["baseline_exit"] = base["id"], code
         summary["baseline_wall_s"] = time.monotonic() - t0
         cli("policy", "set", "--url", url, "--token", tokens["admin"], "--project", "compare",
@@ -224,9 +231,9 @@ def main() -> int:
                     extra += ["--processes", str(args.aa_units),
                               "--max-processes", str(args.aa_units)]
                 t0 = time.monotonic()
-                code, _ = cli(*submit, "--revision", f"{kind}-{n}", *extra, *budget, env=env,
-                              log=log)
-                run = latest_run(url, tokens["read"])
+                code, printed = cli(*submit, "--revision", f"{kind}-{n}", *extra, *budget,
+                                    env=env, log=log)
+                run = submitted_run(url, tokens["read"], printed)
                 summary["comparisons"].append(row(kind, run, code, time.monotonic() - t0))
                 (out / "summary.json").write_text(json.dumps(summary, indent=1))
                 write_markdown(summary, out / "summary.md")
@@ -236,6 +243,9 @@ def main() -> int:
             tenant.wait()
         server.terminate()
         server.wait(timeout=30)
+        # the store travels with the results: its write-ahead log folded into the file
+        with sqlite3.connect(data / "speedwatch.db") as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         uptime = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout
         with (out / "load.txt").open("a") as f:
             f.write(f"after: {uptime}")
