@@ -714,7 +714,16 @@ def window_baseline(history: Sequence[HistoryPoint], window: int = 10) -> Baseli
     if not values:
         return None
     return Baseline("window", f"the median of the last {len(values)} runs",
-                    float(np.median(values)))
+                    window_median(values))
+
+
+def window_median(speedups: Sequence[float]) -> float:
+    """The window policy's one rule: the median, the mean of the middle two for an even
+    count (the default window is 10). The worker's decision reference uses it too, so a
+    cell is measured against the number its verdict is judged against."""
+    if not speedups:
+        raise VerdictError("window: no speedups to take the median of")
+    return float(np.median(speedups))
 
 
 def select_baseline(

@@ -50,6 +50,7 @@ from app.detection.verdict import (
     in_session_comparison,
     judge_cell,
     select_baseline,
+    window_median,
 )
 from app.models import REGRESSION_ACTIVE, Cell, Regression, Result, Run, Series, series_point
 from app.services import confirmation, sweep_progress
@@ -160,8 +161,8 @@ def decision_reference(session: Session, cell_id: int, series_key: str) -> Refer
     ))
     if policy.baseline == "previous" or not earlier:
         return _reference_of(earlier[0] if earlier else None, threshold)
-    values = sorted(r.speedup for r in earlier if r.speedup is not None)
-    return Reference(threshold, float(values[len(values) // 2]) if values else None, 0.0)
+    values = [r.speedup for r in earlier if r.speedup is not None]
+    return Reference(threshold, window_median(values) if values else None, 0.0)
 
 
 def _reference_of(row: Result | None, threshold: float) -> Reference:
