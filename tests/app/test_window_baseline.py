@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.detection.policy import DetectionPolicy
 from app.detection.verdict import VerdictError, window_median
-from app.models import Run
+from app.models import Result, Run
 from app.schemas import ResultIngest, RunCreate
 from app.services.detection import choose_baseline, decision_reference
 from app.services.policy import set_policy
@@ -39,7 +39,7 @@ def test_the_decision_reference_and_the_verdicts_baseline_agree_on_an_even_windo
     cell = run.cells[0]
     spec = BenchSpec.from_dict(cell.spec)
 
-    def ingest(revision: str, speedup: float):  # type: ignore[no-untyped-def]
+    def ingest(revision: str, speedup: float) -> Result:
         stored, created = ingest_result(session, ResultIngest.model_validate(ingest_body(
             bench_result(spec, speedup=speedup), project=project, revision=revision,
             branch="main")), settings)
