@@ -134,13 +134,18 @@ def _check_args(resamples: int, confidence: float) -> None:
         raise StatsError(f"resamples: {resamples!r} must be positive")
 
 
-def _bootstrap_ratios(
-    baseline_rounds: Rounds, candidate_rounds: Rounds, resamples: int, seed: int,
-    paired: bool = True,
+def round_bootstrap(
+    baseline_rounds: Rounds, candidate_rounds: Rounds, *, rng: np.random.Generator,
+    resamples: int, paired: bool = True,
 ) -> tuple[float, npt.NDArray[np.float64]]:
-    """The point speedup and its round-bootstrap replicates: paired (the same round
-    indices for both sides), or, for sides timed in separate processes, each side's
-    rounds resampled on their own."""
+    """The point speedup (pooled median over pooled median) and its round-bootstrap
+    replicates: paired (the same round indices for both sides: they ran back to back, so a
+    slow moment cancels in the ratio), or, for sides timed in separate processes, each
+    side's rounds resampled on their own. Rounds are resampled, not single iterations:
+    iterations of one round share the machine's momentary state.
+
+    The one bootstrap of the project: a result's own interval (`speedup_ci`) and a verdict's
+    ratio of two results (app.detection.verdict) both draw from it."""
     if paired and len(baseline_rounds) != len(candidate_rounds):
         raise StatsError(
             f"paired rounds differ in number: baseline {len(baseline_rounds)}, "
@@ -149,12 +154,19 @@ def _bootstrap_ratios(
     base = _as_matrix(baseline_rounds, "baseline")
     cand = _as_matrix(candidate_rounds, "candidate")
     value = float(np.median(_pooled(baseline_rounds)) / np.median(_pooled(candidate_rounds)))
-    rng = np.random.default_rng(seed)
     n_base, n_cand = len(baseline_rounds), len(candidate_rounds)
     idx = rng.integers(0, n_base, size=(resamples, n_base))
     idx_cand = idx if paired else rng.integers(0, n_cand, size=(resamples, n_cand))
     ratios = _resampled_medians(base, idx) / _resampled_medians(cand, idx_cand)
     return value, np.asarray(ratios, dtype=np.float64)
+
+
+def _bootstrap_ratios(
+    baseline_rounds: Rounds, candidate_rounds: Rounds, resamples: int, seed: int,
+    paired: bool = True,
+) -> tuple[float, npt.NDArray[np.float64]]:
+    return round_bootstrap(baseline_rounds, candidate_rounds,
+                           rng=np.random.default_rng(seed), resamples=resamples, paired=paired)
 
 
 def speedup_ci(

@@ -44,7 +44,14 @@ import numpy.typing as npt
 
 from benchmarks import identity
 from benchmarks.result import BenchResult, Speedup
-from benchmarks.stats import PROCESSES_METHOD, Reference, StatsError, log_half_width, ratio_interval
+from benchmarks.stats import (
+    PROCESSES_METHOD,
+    Reference,
+    StatsError,
+    log_half_width,
+    ratio_interval,
+    round_bootstrap,
+)
 
 Rounds = Sequence[Sequence[float]]
 CellVerdictKind = Literal["pass", "regression", "improvement", "inconclusive", "error"]
@@ -52,7 +59,6 @@ RunVerdictKind = Literal["pass", "regression", "inconclusive", "error"]
 BaselineKind = Literal["previous", "pinned", "window"]
 
 DEFAULT_THRESHOLD = 0.03
-_CHUNK_ELEMENTS = 4_000_000  # floats per vectorised block (about 32 MB of float64)
 
 
 class VerdictError(ValueError):
@@ -114,50 +120,6 @@ class HistoryPoint:
 # ---------------------------------------------------------------------------- bootstrap
 
 
-def _rounds_matrix(rounds: Rounds, side: str) -> list[npt.NDArray[np.float64]]:
-    arrays = [np.asarray(r, dtype=np.float64) for r in rounds]
-    if not arrays:
-        raise VerdictError(f"{side}: no rounds")
-    for a in arrays:
-        if a.ndim != 1 or a.size == 0:
-            raise VerdictError(f"{side}: every round needs at least one sample")
-        if not np.all(np.isfinite(a)) or np.any(a <= 0):
-            raise VerdictError(f"{side}: latencies must be positive finite numbers")
-    return arrays
-
-
-def _pooled_median_ratio(eager: list[npt.NDArray[np.float64]],
-                         cand: list[npt.NDArray[np.float64]]) -> float:
-    return float(np.median(np.concatenate(eager)) / np.median(np.concatenate(cand)))
-
-
-def _resampled_speedups(
-    eager: list[npt.NDArray[np.float64]],
-    cand: list[npt.NDArray[np.float64]],
-    rng: np.random.Generator,
-    resamples: int,
-) -> npt.NDArray[np.float64]:
-    """Speedup of each resample: pooled median ratio over rounds drawn with replacement."""
-    n = len(eager)
-    idx = rng.integers(0, n, size=(resamples, n))
-    out = np.empty(resamples, dtype=np.float64)
-    square = len({a.size for a in eager + cand}) == 1
-    if square:
-        e, c = np.stack(eager), np.stack(cand)
-        # As many resamples per block as the memory budget allows: a small result is one
-        # block (a verdict is judged on every ingest, so its latency matters).
-        chunk = max(1, _CHUNK_ELEMENTS // max(1, e.size))
-        for start in range(0, resamples, chunk):
-            block = idx[start:start + chunk]
-            me = np.median(e[block].reshape(block.shape[0], -1), axis=1)
-            mc = np.median(c[block].reshape(block.shape[0], -1), axis=1)
-            out[start:start + block.shape[0]] = me / mc
-        return out
-    for i, row in enumerate(idx):
-        out[i] = _pooled_median_ratio([eager[j] for j in row], [cand[j] for j in row])
-    return out
-
-
 def speedup_ratio_ci(
     new_eager: Rounds,
     new_candidate: Rounds,
@@ -176,25 +138,26 @@ def speedup_ratio_ci(
         raise VerdictError(f"confidence: {confidence} must be in (0, 1)")
     if resamples < 10:
         raise VerdictError(f"resamples: {resamples} must be at least 10")
-    ne, nc = _rounds_matrix(new_eager, "new eager"), _rounds_matrix(new_candidate, "new candidate")
-    if len(ne) != len(nc):
-        raise VerdictError(f"new result: {len(ne)} eager rounds but {len(nc)} candidate rounds")
+    if len(new_eager) != len(new_candidate):
+        raise VerdictError(f"new result: {len(new_eager)} eager rounds but "
+                           f"{len(new_candidate)} candidate rounds")
+    if not isinstance(baseline, (int, float)) and len(baseline[0]) != len(baseline[1]):
+        raise VerdictError(f"baseline result: {len(baseline[0])} eager rounds but "
+                           f"{len(baseline[1])} candidate rounds")
     rng = np.random.default_rng(seed)
-    new_speedup = _pooled_median_ratio(ne, nc)
-    new_boot = _resampled_speedups(ne, nc, rng, resamples)
-    if isinstance(baseline, (int, float)):
-        if not math.isfinite(baseline) or baseline <= 0:
-            raise VerdictError(f"baseline speedup {baseline!r} is not a positive number")
-        base_speedup = float(baseline)
-        base_boot: npt.NDArray[np.float64] | float = base_speedup
-    else:
-        be = _rounds_matrix(baseline[0], "baseline eager")
-        bc = _rounds_matrix(baseline[1], "baseline candidate")
-        if len(be) != len(bc):
-            raise VerdictError(
-                f"baseline result: {len(be)} eager rounds but {len(bc)} candidate rounds")
-        base_speedup = _pooled_median_ratio(be, bc)
-        base_boot = _resampled_speedups(be, bc, rng, resamples)
+    try:
+        new_speedup, new_boot = round_bootstrap(new_eager, new_candidate, rng=rng,
+                                                resamples=resamples)
+        if isinstance(baseline, (int, float)):
+            if not math.isfinite(baseline) or baseline <= 0:
+                raise VerdictError(f"baseline speedup {baseline!r} is not a positive number")
+            base_speedup = float(baseline)
+            base_boot: npt.NDArray[np.float64] | float = base_speedup
+        else:
+            base_speedup, base_boot = round_bootstrap(baseline[0], baseline[1], rng=rng,
+                                                      resamples=resamples)
+    except StatsError as exc:  # samples that admit no interval: the verdict's own error
+        raise VerdictError(str(exc)) from exc
     ratios = new_boot / base_boot
     ratio = new_speedup / base_speedup
     alpha = (1 - confidence) / 2
