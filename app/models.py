@@ -36,6 +36,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeDecorator
 
+from benchmarks.result import Speedup
+
 RUN_STATUSES = ("queued", "running", "done", "failed")
 RUN_TERMINAL = ("done", "failed")
 VERDICTS = ("pass", "regression", "inconclusive", "error")
@@ -400,6 +402,15 @@ class Result(Base):
 
     cell: Mapped[Cell] = relationship(back_populates="result")
     series: Mapped[Series] = relationship()
+
+    def stored_speedup(self) -> Speedup | None:
+        """The speedup and interval as the harness reported them, from this row's columns;
+        None where the row has no complete interval (a failed cell, an old partial row).
+        The one place a stored interval is read back (documents, references, bisects)."""
+        if self.speedup is None or self.ci_low is None or self.ci_high is None:
+            return None
+        return Speedup(self.speedup, self.ci_low, self.ci_high,
+                       self.ci_confidence or 0.95, self.ci_method or "unknown")
 
 
 def series_point() -> ColumnElement[bool]:

@@ -57,7 +57,7 @@ from app.services import confirmation, sweep_progress
 from app.services.documents import result_document
 from app.services.policy import project_policy
 from benchmarks import identity
-from benchmarks.result import BenchResult, Speedup
+from benchmarks.result import BenchResult
 from benchmarks.stats import Reference, log_half_width
 
 log = logging.getLogger(__name__)
@@ -166,11 +166,11 @@ def decision_reference(session: Session, cell_id: int, series_key: str) -> Refer
 
 
 def _reference_of(row: Result | None, threshold: float) -> Reference:
-    if row is None or row.speedup is None or row.ci_low is None or row.ci_high is None:
+    stored = row.stored_speedup() if row is not None else None
+    if row is None or stored is None:
         return Reference(threshold)
     software = identity.of(row.fingerprint)
-    return Reference(threshold, row.speedup,
-                     log_half_width(Speedup(row.speedup, row.ci_low, row.ci_high)),
+    return Reference(threshold, stored.value, log_half_width(stored),
                      software=software["digest"] if software else None,
                      environment=str(software["environment"]) if software else None,
                      result_id=row.id)

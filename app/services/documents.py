@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.models import Result
-from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup
+from benchmarks.result import Accuracy, BenchResult, LatencySummary
 
 
 def result_document(row: Result, series_key: str, spec: dict[str, Any]) -> BenchResult:
@@ -27,10 +27,7 @@ def result_document(row: Result, series_key: str, spec: dict[str, Any]) -> Bench
             mean_ms=getattr(row, f"{prefix}_mean_ms") or median,
         )
 
-    speedup = None
-    if row.speedup is not None and row.ci_low is not None and row.ci_high is not None:
-        speedup = Speedup(row.speedup, row.ci_low, row.ci_high,
-                          row.ci_confidence or 0.95, row.ci_method or "unknown")
+    speedup = row.stored_speedup()
     accuracy = None
     if row.accuracy_passed is not None:
         accuracy = Accuracy(row.accuracy_rel_l2 or 0.0, row.accuracy_max_abs or 0.0,

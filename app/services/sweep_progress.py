@@ -55,7 +55,6 @@ from app.services.common import (
     get_or_create_environment,
 )
 from app.services.documents import result_document
-from benchmarks.result import Speedup
 from benchmarks.stats import Reference, StatsError, log_half_width
 
 log = logging.getLogger(__name__)
@@ -164,14 +163,14 @@ def step_reference(session: Session, run: Run) -> Reference:
     if sweep.kind != "bisect":
         return Reference(threshold)
     good = _good_result(session, sweep)
-    if good is None or good.run_id == run.id or good.speedup is None \
-            or good.ci_low is None or good.ci_high is None:
+    stored = good.stored_speedup() if good is not None else None
+    if good is None or good.run_id == run.id or stored is None:
         return Reference(threshold)
     try:
-        half = log_half_width(Speedup(good.speedup, good.ci_low, good.ci_high))
+        half = log_half_width(stored)
     except StatsError:
         half = 0.0
-    return Reference(threshold, good.speedup, half)
+    return Reference(threshold, stored.value, half)
 
 
 def _good_result(session: Session, sweep: Sweep) -> Result | None:
