@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts.bench_api import create_database, drop_database
-from scripts.load_test import start_server
+from devkit.api_server import start_server
+from devkit.databases import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_URL = os.environ.get("SPEEDWATCH_TEST_ADMIN_URL", "postgresql://127.0.0.1:5432/test")

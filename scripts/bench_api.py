@@ -24,7 +24,6 @@ import json
 import os
 import random
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,8 @@ from app.db import session_scope, upgrade  # noqa: E402
 from app.services.tokens import create_token  # noqa: E402
 from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup  # noqa: E402
 from benchmarks.spec import SERIES_KEY_FIELDS, BenchSpec, parse_series_key  # noqa: E402
+from devkit.databases import create_database, drop_database  # noqa: E402
+from devkit.ports import free_port  # noqa: E402
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet50-customop")
 BACKENDS = ("eager", "inductor", "onnxruntime", "tensorrt", "torch_tensorrt")
@@ -164,28 +165,7 @@ def fill(dsn: str, specs: list[BenchSpec], total: int) -> float:
     return time.perf_counter() - started
 
 
-# ---- scratch database ----------------------------------------------------------------------
-
-def create_database(admin_url: str, prefix: str) -> tuple[str, str]:
-    """A new empty database on the admin URL's server; returns (name, its URL)."""
-    name = f"{prefix}_{secrets.token_hex(4)}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    return name, f"{admin_url.rsplit('/', 1)[0]}/{name}"
-
-
-def drop_database(admin_url: str, name: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 # ---- server and measurement ---------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @contextmanager
 def api_server(database_url: str) -> Iterator[str]:

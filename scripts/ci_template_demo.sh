@@ -19,7 +19,7 @@ sleep 8
 export PATH="$bin:$PATH" GITHUB_REF_NAME=main
 eval "$(cd "$repo" && "$bin/python" -c "
 import shlex
-from tests import ci_steps
+from devkit import ci_steps
 script, env = ci_steps.github_submit_step({'SPEEDWATCH_URL': 'http://127.0.0.1:8811',
                                            'SPEEDWATCH_TOKEN': '$TOKEN'})
 for k, v in env.items():

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import secrets
 import shutil
@@ -38,7 +37,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +53,13 @@ from bench_api import (  # noqa: E402
     document,
     drop_database,
     fill,
-    free_port,
     series_specs,
 )
 
 from app.config import Settings  # noqa: E402
 from app.db import session_scope, upgrade  # noqa: E402
 from app.services.tokens import create_token  # noqa: E402
+from devkit.api_server import start_server  # noqa: E402
 
 DEFAULT_MIX = "trigger=5,ingest=20,points=40,series=15,run=10,page=10"
 REVISION = "@@REVISION@@"
@@ -154,29 +152,6 @@ def parse_mix(text: str) -> dict[str, int]:
             raise SystemExit(f"--mix: unknown kind {name!r}")
         mix[name] = int(weight)
     return mix
-
-
-def start_server(dsn: str, workers: int, queue: str, log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "SPEEDWATCH_DATABASE_URL": dsn, "SPEEDWATCH_EXECUTOR": "celery",
-           "SPEEDWATCH_CPU_QUEUE": queue, "SPEEDWATCH_GPU_QUEUES": json.dumps({"cuda": queue}),
-           "SPEEDWATCH_PUBLIC_READS": "false", "SPEEDWATCH_ENVIRONMENT": "development"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--port", str(port), "--workers",
-         str(workers), "--no-migrate"],
-        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            raise SystemExit(f"the API did not come up; see {log}")
-        time.sleep(0.3)
 
 
 def run_wrk(base: str, script: Path, connections: int, duration: int) -> dict[str, Any]:

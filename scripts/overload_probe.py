@@ -48,9 +48,9 @@ sys.path.insert(0, str(ROOT))
 from app.config import Settings  # noqa: E402
 from app.db import session_scope  # noqa: E402
 from app.services.tokens import create_token  # noqa: E402
-from tests.app.factories import bench_result, ingest_body, tiny_spec  # noqa: E402
-from tests.faults.infra import free_port  # noqa: E402
-from tests.slow_index import PACKAGE, slow_index  # noqa: E402
+from devkit.factories import bench_result, ingest_body, tiny_spec  # noqa: E402
+from devkit.ports import free_port  # noqa: E402
+from devkit.slow_index import PACKAGE, slow_index  # noqa: E402
 
 PG = "postgresql://{user}@127.0.0.1:5432/{db}"
 

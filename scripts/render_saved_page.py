@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from tests.dashboard.browser import launch  # noqa: E402
+from devkit.browser import launch  # noqa: E402
 
 
 def main() -> None:

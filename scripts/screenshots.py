@@ -32,8 +32,8 @@ from app.config import Settings  # noqa: E402
 from app.db import get_engine, session_scope, upgrade  # noqa: E402
 from app.models import Regression, Run  # noqa: E402
 from app.services.tokens import create_token  # noqa: E402
-from tests.dashboard.browser import launch  # noqa: E402
-from tests.dashboard.seed import PROJECT, seed  # noqa: E402
+from devkit.browser import launch  # noqa: E402
+from devkit.dashboard_seed import PROJECT, seed  # noqa: E402
 
 
 def _photograph(base: str, token: str, width: int,

@@ -26,7 +26,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db import session_scope  # noqa: E402
 from app.services.tokens import create_token  # noqa: E402
-from tests.dashboard.browser import launch  # noqa: E402
+from devkit.browser import launch  # noqa: E402
 
 
 def main() -> None:

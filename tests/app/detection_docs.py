@@ -10,7 +10,7 @@ from typing import Any
 
 from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup
 from benchmarks.spec import BenchSpec
-from tests.app.factories import ingest_body, tiny_spec
+from devkit.factories import ingest_body, tiny_spec
 
 JITTER = (-0.010, 0.004, 0.012, -0.006, 0.000, 0.008, -0.011, 0.003)
 EAGER_MS = 10.0

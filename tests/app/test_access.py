@@ -31,8 +31,8 @@ from app.dashboard.routes import TOKEN_COOKIE, page_access
 from app.main import create_app
 from app.services.tokens import authenticate, revoke_token
 from benchmarks.profile import document
+from devkit.factories import bearer, bench_result, ingest_body, run_request, tiny_spec
 from tests.app.detection_docs import body, measured
-from tests.app.factories import bearer, bench_result, ingest_body, run_request, tiny_spec
 from workers import dispatch
 
 # (method, route template) -> the scope it needs. Every non-GET route must be listed.

@@ -15,8 +15,8 @@ from app.main import create_app
 from app.models import ApiToken
 from app.services.tokens import authenticate, create_token, has_scope, revoke_token
 from cli.main import cli
+from devkit.factories import bearer, bench_result, ingest_body, run_request
 from tests.app._asserts import assert_needs_token, assert_unknown_id
-from tests.app.factories import bearer, bench_result, ingest_body, run_request
 
 GUARDED = [
     ("POST", "/api/v1/runs", run_request()),

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.main import create_app
-from tests.app.factories import bearer, run_request
+from devkit.factories import bearer, run_request
 
 TOO_BIG = 2**31  # one past PostgreSQL's integer
 

@@ -24,8 +24,8 @@ from app.models import Cell, Regression, Run, Sweep
 from app.schemas import BisectCreate
 from app.services.policy import set_policy
 from app.services.sweeps import cancel_sweep, create_bisect, stop_queued
+from devkit.factories import bearer
 from tests.app.detection_docs import body, measured
-from tests.app.factories import bearer
 from tests.app.sweep_driver import allowing, drive, releases
 
 PKG = "swbisect"

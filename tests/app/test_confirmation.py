@@ -25,7 +25,7 @@ from app.services import confirmation
 from app.services import runs as run_service
 from app.services.series import get_series, series_points
 from benchmarks.spec import BenchSpec
-from tests.app.factories import bearer, bench_result, ingest_body, run_request
+from devkit.factories import bearer, bench_result, ingest_body, run_request
 
 ONE_CELL = {"weights": ["constant"]}
 OLD_ENV = {"pins": ["onnxruntime==1.22.0"]}

@@ -20,7 +20,7 @@ from app.schemas import RunCreate
 from app.services import confirmation
 from app.services import runs as run_service
 from app.services.workers import Announcement, direct_queue, heartbeat
-from tests.app.factories import bench_result, run_request
+from devkit.factories import bench_result, run_request
 from tests.app.test_confirmation import local, sent  # noqa: F401 (fixtures)
 
 GPU = {"weights": ["constant"], "device": "cuda", "precisions": ["fp16"]}

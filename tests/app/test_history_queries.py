@@ -24,7 +24,7 @@ from app.services.runs import create_run
 from app.services.series import axis_values, recent_speedups
 from app.services.tokens import EVERY_PROJECT, ProjectAccess
 from benchmarks.spec import BenchSpec
-from tests.app.factories import bench_result, ingest_body, run_request, tiny_spec
+from devkit.factories import bench_result, ingest_body, run_request, tiny_spec
 
 PER_SERIES = 4
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.schemas import ID_MAX
-from tests.app.factories import bearer
+from devkit.factories import bearer
 from tests.app.test_access import ROUTES
 
 OUT_OF_RANGE = [ID_MAX + 1, 2**63, 10**30, -1, 0]

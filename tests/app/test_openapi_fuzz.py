@@ -26,7 +26,7 @@ from schemathesis.checks import not_a_server_error
 
 from app.config import Settings
 from app.main import create_app
-from tests.app.factories import bearer
+from devkit.factories import bearer
 
 MAX_EXAMPLES = 15
 # Fuzzing phase of POST /api/v1/results. With the examples and coverage phases (about 2,200

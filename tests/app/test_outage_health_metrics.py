@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from app.config import Settings
 from app.main import create_app
-from tests.app.factories import bearer, run_request
+from devkit.factories import bearer, run_request
 
 CLOSED_PORT_DB = "postgresql://postgres@127.0.0.1:1/speedwatch"
 

@@ -19,7 +19,7 @@ from app.models import Cell, Run, Series
 from app.services import runs as run_service
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec
-from tests.app.factories import bearer, bench_result, ingest_body, run_request
+from devkit.factories import bearer, bench_result, ingest_body, run_request
 
 OWN = "mypkg.nets:build"
 

@@ -15,7 +15,7 @@ from app import ports
 from app.config import Settings
 from app.main import create_app
 from app.models import Cell
-from tests.app.factories import bearer, run_request
+from devkit.factories import bearer, run_request
 from workers import dispatch
 
 

@@ -15,8 +15,8 @@ from app.config import Settings
 from app.main import create_app
 from benchmarks.profile import document
 from benchmarks.spec import BenchSpec
+from devkit.factories import bearer, tiny_spec
 from tests.app.detection_docs import body, measured
-from tests.app.factories import bearer, tiny_spec
 
 NODES = [("/conv1/Conv", "Conv", 1.0, 300.0), ("/fc/Gemm", "Gemm", 1.0, 60.0),
          ("/relu/Relu", "Relu", 1.0, 40.0)]
@@ -163,7 +163,7 @@ def test_a_trigger_may_turn_profiling_off_and_its_cells_carry_that(
     client: TestClient, ci_token: str, session: Any,
 ) -> None:
     from app.models import Cell
-    from tests.app.factories import run_request
+    from devkit.factories import run_request
 
     response = client.post("/api/v1/runs", headers=bearer(ci_token),
                            json=run_request(matrix={"timing": {"profile": False}}))

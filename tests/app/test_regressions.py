@@ -11,9 +11,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.models import Regression
+from devkit.factories import bearer, tiny_spec
 from tests.app._asserts import assert_needs_token, assert_unknown_id
 from tests.app.detection_docs import body, measured
-from tests.app.factories import bearer, tiny_spec
 
 KEY = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu/tauto/nographs"
 

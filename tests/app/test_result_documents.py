@@ -29,7 +29,7 @@ from benchmarks.result_schema import (
     MAX_ROUND_SAMPLES,
     MAX_ROUNDS,
 )
-from tests.app.factories import bearer, bench_result, ingest_body
+from devkit.factories import bearer, bench_result, ingest_body
 
 DOCUMENTS = Path(__file__).parents[1] / "benchmarks" / "documents"
 # The JSON text of a number no float holds, and of the float specials Python's json reads.

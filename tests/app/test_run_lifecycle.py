@@ -14,7 +14,7 @@ from app.db import session_scope
 from app.models import Result, Run
 from app.schemas import RunCreate
 from app.services import runs as run_service
-from tests.app.factories import bench_result, run_request
+from devkit.factories import bench_result, run_request
 
 
 def new_run(session: Session, settings: Settings, **overrides: object) -> Run:

@@ -14,7 +14,7 @@ from app.config import Settings
 from app.main import create_app
 from app.models import Cell, Run
 from app.services import runs as run_service
-from tests.app.factories import bearer, bench_result, run_request
+from devkit.factories import bearer, bench_result, run_request
 
 
 def post_run(client: TestClient, token: str, body: dict[str, Any] | None = None,

@@ -8,9 +8,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from devkit.factories import bearer, tiny_spec
 from tests.app._asserts import assert_needs_token, assert_unknown_id
 from tests.app.detection_docs import body, measured
-from tests.app.factories import bearer, tiny_spec
 
 SPEC = tiny_spec(backend="onnxruntime")
 KEY = SPEC.series_key("cpu")

@@ -10,7 +10,7 @@ from app.config import Settings
 from app.db import session_scope, upgrade
 from app.main import create_app
 from app.services.tokens import create_token
-from tests.app.factories import bearer, bench_result, ingest_body, run_request
+from devkit.factories import bearer, bench_result, ingest_body, run_request
 
 
 def test_sqlite_file_serves_trigger_ingest_and_reads(tmp_path: Path, settings: Settings) -> None:

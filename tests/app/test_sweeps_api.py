@@ -29,9 +29,9 @@ from app.models import Cell, Run, Sweep
 from app.schemas import SweepCreate
 from app.services.sweeps import create_sweep
 from cli.main import cli
-from tests.app.factories import bearer
+from devkit.factories import bearer
+from devkit.ports import free_port
 from tests.app.sweep_driver import allowing, drive, releases
-from tests.faults.infra import free_port
 
 PKG = "swsweep"
 RELEASES = ["0.9", "1.0", "1.1", "1.2rc1", "1.2", "2.0"]

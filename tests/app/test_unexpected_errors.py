@@ -14,7 +14,7 @@ import uvicorn
 
 from app.config import Settings
 from app.main import create_app
-from tests.faults.infra import free_port
+from devkit.ports import free_port
 
 
 @pytest.fixture

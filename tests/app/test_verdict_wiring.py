@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.main import create_app
 from app.models import Project
+from devkit.factories import bearer, bench_result, tiny_spec
 from tests.app.detection_docs import body, measured
-from tests.app.factories import bearer, bench_result, tiny_spec
 
 
 def post(client: TestClient, token: str, document: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from app.services.policy import set_policy
 from app.services.results import ingest_result
 from app.services.runs import create_run
 from benchmarks.spec import BenchSpec
-from tests.app.factories import bench_result, ingest_body, run_request
+from devkit.factories import bench_result, ingest_body, run_request
 
 
 def test_the_median_of_an_even_window_is_the_mean_of_its_middle_two() -> None:

@@ -19,7 +19,7 @@ from app.config import Settings
 from app.main import create_app
 from app.models import Run
 from app.services.workers import Announcement, heartbeat, stopped
-from tests.app.factories import bearer, bench_result, ingest_body, run_request
+from devkit.factories import bearer, bench_result, ingest_body, run_request
 
 H100 = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "device_class": "nvidia-h100",
         "memory_total_bytes": 85_520_809_984}

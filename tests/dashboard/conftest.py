@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.db import get_engine
 from app.main import create_app
-from tests.dashboard.seed import Seeded, seed
+from devkit.dashboard_seed import Seeded, seed
 
 
 def truncate_all(engine: Engine) -> None:

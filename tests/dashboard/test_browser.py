@@ -28,9 +28,9 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.db import get_engine, session_scope
 from app.services.tokens import create_token
-from tests.dashboard.browser import launch
+from devkit.browser import launch
+from devkit.dashboard_seed import Seeded, seed
 from tests.dashboard.conftest import truncate_all
-from tests.dashboard.seed import Seeded, seed
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from app.db import get_engine
 from app.main import create_app
 from app.schemas import ResultIngest
 from app.services.results import ingest_result
-from tests.dashboard.seed import TRACKS, Seeded, document
+from devkit.dashboard_seed import TRACKS, Seeded, document
 
 
 def html(response_text: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from app.dashboard.figures import plotly_text
-from tests.dashboard.browser import launch
+from devkit.browser import launch
 
 pytestmark = pytest.mark.slow
 LINK = "<a href='https://evil.example'>click me</a>"

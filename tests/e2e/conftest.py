@@ -11,11 +11,11 @@ import uvicorn
 
 from app.config import Settings
 from app.main import create_app
+from devkit.ports import free_port
 
 # The fault tests' service-process fixtures (real API and worker processes, a private
 # queue, a CI token), for end-to-end tests that need the same.
 from tests.faults.conftest import base_env, procs, queue, token  # noqa: F401
-from tests.faults.infra import free_port
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import ci_steps
+from devkit import ci_steps
 
 # Shell syntax of every kind, quotes to break out of the quoting, a line break to start a
 # new command or YAML key, and a glob; {canary} is a directory that must stay empty.

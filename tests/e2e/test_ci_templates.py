@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import ci_steps
+from devkit import ci_steps
 from tests.faults.infra import Processes
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ from app.config import Settings
 from app.db import session_scope
 from app.models import Cell, Result, Run
 from app.services.tokens import create_token
-from tests.faults.infra import free_port
+from devkit.ports import free_port
 from tests.workers.helpers import TINY_TIMING, inject_fault, new_run, reload_run
 from workers.dispatch import enqueue_cells
 

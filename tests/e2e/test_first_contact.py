@@ -23,8 +23,8 @@ from app.config import Settings
 from app.main import create_app
 from cli.client import flag_for
 from cli.submit import SUBMIT_FLAGS
-from tests.dashboard.browser import launch
-from tests.faults.infra import free_port
+from devkit.browser import launch
+from devkit.ports import free_port
 
 
 def speedwatch(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,

@@ -4,7 +4,7 @@ about what was stored; one client's flood leaves the others answering; a body is
 from a client with a token, and only while it arrives in time.
 
 A real uvicorn server on the test's PostgreSQL, real sockets, a package index that answers
-late (tests.slow_index); small limits keep it quick. scripts/overload_probe.py runs the
+late (devkit.slow_index); small limits keep it quick. scripts/overload_probe.py runs the
 same scenarios at full size against `speedwatch serve`."""
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from app.config import Settings
 from app.main import create_app
 from app.models import Run
 from cli.client import Api
-from tests.app.factories import bench_result, ingest_body, tiny_spec
-from tests.faults.infra import free_port
-from tests.slow_index import PACKAGE, slow_index
+from devkit.factories import bench_result, ingest_body, tiny_spec
+from devkit.ports import free_port
+from devkit.slow_index import PACKAGE, slow_index
 
 IN_FLIGHT, PER_CLIENT = 6, 3
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from devkit.ports import free_port
 from tests.conftest import _admin_connection
-from tests.faults.infra import free_port
 
 pytestmark = pytest.mark.slow
 

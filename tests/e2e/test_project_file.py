@@ -279,7 +279,7 @@ def test_report_judges_the_revision_submit_measured_when_head_is_not_given(
 ) -> None:
     """In CI the step after `submit --wait` is `report --base main-sha`: the head is the
     CI's commit variable, as submit's revision is."""
-    from tests.app.factories import bearer, bench_result, ingest_body
+    from devkit.factories import bearer, bench_result, ingest_body
 
     project = f"pf-{secrets.token_hex(3)}"
     _write(tmp_path, FILE.format(project=project, url=api_url))

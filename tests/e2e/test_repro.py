@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.spec import TimingPolicy
-from tests.app.factories import bearer, bench_result, ingest_body, tiny_spec
+from devkit.factories import bearer, bench_result, ingest_body, tiny_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.faults.infra import free_port
+from devkit.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from cli.client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, exit_code_for
-from tests.faults.infra import free_port
+from devkit.ports import free_port
 
 
 def _submit(*args: str) -> subprocess.CompletedProcess[str]:

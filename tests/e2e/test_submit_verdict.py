@@ -20,8 +20,8 @@ from benchmarks.result import Speedup
 from benchmarks.spec import BenchSpec
 from benchmarks.stats import PROCESSES_METHOD
 from cli.client import EXIT_INCONCLUSIVE, EXIT_REGRESSION
+from devkit.factories import bearer, tiny_spec
 from tests.app.detection_docs import body, measured
-from tests.app.factories import bearer, tiny_spec
 
 
 def play_worker(settings: Settings, revision: str, speedup: float,

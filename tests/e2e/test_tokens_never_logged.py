@@ -19,8 +19,8 @@ from app.config import Settings
 from app.db import session_scope
 from app.main import create_app
 from app.services.tokens import create_token, hash_token, revoke_token
-from tests.app.factories import bearer, bench_result, ingest_body, run_request
-from tests.faults.infra import free_port
+from devkit.factories import bearer, bench_result, ingest_body, run_request
+from devkit.ports import free_port
 
 
 def _tokens(settings: Settings) -> dict[str, str]:

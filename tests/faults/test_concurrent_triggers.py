@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.models import Cell, Project, Run
-from tests.app.factories import run_request
+from devkit.factories import run_request
 from tests.faults.infra import Processes
 
 pytestmark = pytest.mark.slow

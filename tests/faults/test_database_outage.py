@@ -22,7 +22,7 @@ from app.config import Settings
 from app.db import normalize_database_url, session_scope, upgrade
 from app.models import Run
 from app.services.tokens import create_token
-from tests.app.factories import run_request
+from devkit.factories import run_request
 from tests.faults.infra import PrivatePostgres, Processes, wait_for
 
 pytestmark = pytest.mark.slow

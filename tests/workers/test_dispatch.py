@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from app.config import Settings
-from tests.faults.infra import free_port
+from devkit.ports import free_port
 from workers.dispatch import DispatchError, enqueue_cells
 
 

@@ -19,7 +19,7 @@ from app.config import Settings
 from app.environment_policy import PinError
 from app.main import create_app
 from app.models import Cell, Run
-from tests.app.factories import bearer, run_request
+from devkit.factories import bearer, run_request
 from tests.workers.helpers import new_run, reload_run
 from tests.workers.test_environments import MALICIOUS
 from workers.environments import EnvironmentBuildError, materialize

@@ -23,8 +23,8 @@ from app.models import Cell, WebhookDelivery
 from app.schemas import ResultIngest
 from app.services.results import ingest_result
 from app.services.workers import Announcement, direct_queue, heartbeat
+from devkit.factories import bearer
 from tests.app.detection_docs import body, measured
-from tests.app.factories import bearer
 from tests.workers.helpers import new_run, reload_run
 from workers.dispatch import DispatchError
 from workers.reconciler import NEVER_ENQUEUED_GRACE_S, reconcile, stale_delivery_seconds

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from app.config import Settings, get_settings
 from app.models import WebhookDelivery
 from app.services.webhooks import deliver_with_retries
+from devkit.factories import bearer
+from devkit.ports import free_port
 from tests.app.detection_docs import body, measured
-from tests.app.factories import bearer
-from tests.faults.infra import free_port
 from tests.receiver import Receiver
 from workers.tasks import deliver_webhook
 
