@@ -1,6 +1,7 @@
 """What may import what outside the product: scripts, experiments and the shared devkit
 never import the tests (a script that needs a helper finds it in devkit), and experiments
-do not import scripts. Imports inside functions and in shell heredocs count."""
+do not import scripts; no migration imports product code. Imports inside functions and in
+shell heredocs count."""
 
 from __future__ import annotations
 
@@ -49,3 +50,14 @@ def test_experiments_do_not_import_scripts() -> None:
 def test_the_scan_sees_imports_in_code_and_in_shell() -> None:
     assert "devkit" in top_modules(ROOT / "scripts" / "ci_template_demo.sh")
     assert "devkit" in top_modules(ROOT / "experiments" / "agreement.py")
+
+
+def test_no_migration_imports_product_code() -> None:
+    """An old migration means today what it meant when it ran: it re-states the rules it
+    needs instead of importing code that may change after it."""
+    product = {"app", "benchmarks", "workers", "cli"}
+    scanned = sorted((ROOT / "migrations" / "versions").glob("*.py"))
+    assert len(scanned) > 5
+    offenders = {str(p.relative_to(ROOT)): sorted(top_modules(p) & product) for p in scanned
+                 if top_modules(p) & product}
+    assert offenders == {}

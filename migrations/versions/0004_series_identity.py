@@ -33,12 +33,14 @@ that puts two active regressions of a project on one series, the newest stays ac
 the others are resolved. A threshold of several new keys that cut to one old key keeps the
 lowest. Threads, timing mode, options and the project of a series are lost.
 
-This migration imports benchmarks.spec (plain data, no service code) and no app module.
+The key rules are re-stated below as they were at this revision (benchmarks.spec then);
+the migration imports no product code, so a later change to the spec cannot change what
+it does to an old store.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
@@ -47,8 +49,6 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
-
-from benchmarks.spec import BenchSpec, SpecError, TimingPolicy, parse_series_key
 
 revision: str = "0004"
 down_revision: str | None = "0003"
@@ -106,22 +106,75 @@ def timing_mode(timing: Any, spec: dict[str, Any]) -> str:
         graphs = timing.get("cuda_graphs")
         if isinstance(graphs, dict) and graphs:
             return "graphs" if all(v is True for v in graphs.values()) else "nographs"
-    policy = spec.get("timing") if isinstance(spec.get("timing"), dict) else {}
+    policy: dict[str, Any] = spec["timing"] if isinstance(spec.get("timing"), dict) else {}
     on_cuda = spec.get("device") == "cuda"
     return "graphs" if on_cuda and policy.get("cuda_graphs", True) is True else "nographs"
 
 
-_SPEC_FIELDS = {f.name for f in dataclasses.fields(BenchSpec)}
-_TIMING_FIELDS = {f.name for f in dataclasses.fields(TimingPolicy)}
+class SpecError(ValueError):
+    """A stored spec or key that admits no key under the rules below."""
 
 
-def stored_spec(data: Any) -> BenchSpec:
-    """A stored spec as BenchSpec; fields that a later spec no longer has are ignored (they
-    were never part of a key)."""
-    data = dict(data or {})
-    timing = {k: v for k, v in (data.get("timing") or {}).items() if k in _TIMING_FIELDS}
-    clean = {k: v for k, v in data.items() if k in _SPEC_FIELDS and k != "timing"}
-    return BenchSpec.from_dict({**clean, "timing": timing})
+# The spec's defaults and the key's shape at this revision.
+_SPEC_DEFAULTS: dict[str, Any] = {
+    "model": "resnet50", "backend": "onnxruntime", "weights": "constant", "precision": "fp32",
+    "batch_size": 1, "shape_mode": "static", "device": "cpu", "image_size": 224, "width": 64,
+    "num_classes": 1000}
+_NOT_MEASUREMENT_OPTIONS = {"threads"}
+SERIES_KEY_FIELDS = ("model", "backend", "weights", "precision", "batch_size", "shape_mode",
+                     "device_class", "threads", "timing_mode", "options")
+_KEY_SHAPE = "model/backend/weights/precision/bsN/shape/device/tN|tauto/graphs|nographs[/options]"
+
+
+def _measurement_options(options: dict[str, Any]) -> str:
+    items = sorted((str(k), v) for k, v in options.items()
+                   if k not in _NOT_MEASUREMENT_OPTIONS and not str(k).startswith("_"))
+    return ",".join(f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v}"
+                    for k, v in items)
+
+
+def spec_key(data: Any, device_class: str, mode: str | None = None) -> str:
+    """The series key of a stored spec (BenchSpec.series_key at this revision):
+    model[-wW][-iI][-cC]/backend/weights/precision/bsN/shape/device/tN|tauto/mode[/options]."""
+    spec = {**_SPEC_DEFAULTS, **{k: v for k, v in dict(data or {}).items()
+                                  if k in _SPEC_DEFAULTS}}
+    options = (data or {}).get("options") or {}
+    timing = (data or {}).get("timing") or {}
+    if not isinstance(options, dict) or not isinstance(timing, dict):
+        raise SpecError("options and timing must be objects")
+    label = str(spec["model"])
+    for field, default, tag in (("width", 64, "w"), ("image_size", 224, "i"),
+                                ("num_classes", 1000, "c")):
+        if spec[field] != default:
+            label += f"-{tag}{spec[field]}"
+    threads = options.get("threads")
+    if mode is None:
+        mode = ("graphs" if spec["device"] == "cuda" and timing.get("cuda_graphs", True)
+                else "nographs")
+    key = (f"{label}/{spec['backend']}/{spec['weights']}/{spec['precision']}"
+           f"/bs{int(spec['batch_size'])}/{spec['shape_mode']}/{device_class}"
+           f"/{'tauto' if threads is None else f't{int(threads)}'}/{mode}")
+    segment = _measurement_options(options)
+    return f"{key}/{segment}" if segment else key
+
+
+def parse_series_key(key: str) -> dict[str, str | int | None]:
+    """The axes of a key; raises SpecError naming the expected shape."""
+    parts = key.split("/", 9)
+    ok = (
+        len(parts) in (9, 10)
+        and parts[4].startswith("bs") and parts[4][2:].isdigit()
+        and (parts[7] == "tauto" or (parts[7].startswith("t") and parts[7][1:].isdigit()))
+        and parts[8] in TIMING_MODES
+        and all(parts)
+    )
+    if not ok:
+        raise SpecError(f"series_key: {key!r} is not {_KEY_SHAPE}")
+    out: dict[str, str | int | None] = dict(zip(SERIES_KEY_FIELDS, parts, strict=False))
+    out["batch_size"] = int(parts[4][2:])
+    out["threads"] = None if parts[7] == "tauto" else int(parts[7][1:])
+    out["options"] = parts[9] if len(parts) == 10 else ""
+    return out
 
 
 def key_device_class(key: str) -> str:
@@ -230,7 +283,7 @@ def _rekey_results(bind: sa.engine.Connection, rekeyed: _Rekeyed) -> None:
             device_class = row.device_class if isinstance(row.device_class, str) \
                 and row.device_class else key_device_class(row.key)
             try:
-                key = stored_spec(spec).series_key(device_class, timing_mode(row.timing, spec))
+                key = spec_key(spec, device_class, timing_mode(row.timing, spec))
             except (SpecError, TypeError, ValueError) as exc:
                 raise RuntimeError(f"result {row.id}: no series key from its cell's spec "
                                    f"({exc}); fix or delete that cell, then migrate again"
@@ -263,7 +316,7 @@ def _rekey_cells_without_result(bind: sa.engine.Connection, rekeyed: _Rekeyed) -
         to_key: dict[str, list[int]] = defaultdict(list)
         for row in rows:
             try:
-                key = stored_spec(row.spec).series_key(key_device_class(row.series_key))
+                key = spec_key(row.spec, key_device_class(row.series_key))
             except (SpecError, TypeError, ValueError) as exc:
                 raise RuntimeError(f"cell {row.id}: no series key from its spec ({exc})"
                                    ) from exc
