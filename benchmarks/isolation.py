@@ -1311,7 +1311,7 @@ def _fresh_compile_caches(child_env: dict[str, str], tmp: Path,
     by default), so the later processes of a run reuse the kernels the first one chose: the
     CI over processes then leaves out compile-time variance. On an H100 this hid it: dynamic
     shapes compiled on one machine gave 1.459x [1.459, 1.460] at batch 8 and 1.319x [1.316,
-    1.321] on a fresh one (benchmarks/results/nvidia-h100-2026-11-25-issue17/). A cache the
+    1.321] on a fresh one (results/nvidia-h100-2026-11-25-issue17/). A cache the
     caller names in `env` is kept: sharing it is then a choice, not an accident. Triton's
     cache stays shared: it holds compiled binaries keyed by kernel source, no choices, and
     with it fresh too two dynamic-shape specs did not finish in 580 s on the H100 where four

@@ -5,7 +5,7 @@ candidate medians, the speedup with its 95% CI (over processes), the per-process
 ONNX Runtime's node count after optimization and, for int8, the accuracy against fp32.
 Each argument is a folder holding opt-levels.json, shapes.json and int8.json (one run).
 
-    python -m experiments.issue17_tables benchmarks/results/cpu-2026-11-24-issue17/paired
+    python -m experiments.issue17_tables results/cpu-2026-11-24-issue17/paired
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each argument is a directory (or JSON file holding a list) of result documents f
 independent run; cells are matched by spec across runs, so the table shows whether the
 runs agree within their confidence intervals.
 
-    python -m experiments.summarize benchmarks/results/<dir>/run1 <dir>/run2
+    python -m experiments.summarize results/<dir>/run1 <dir>/run2
 """
 
 from __future__ import annotations

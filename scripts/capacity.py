@@ -33,8 +33,8 @@ archive` of it into a folder) and after it can be measured in turns on one seede
 
     .venv/bin/python scripts/capacity.py seed --db sw_capacity_100k --results 100000 --series 2500
     .venv/bin/python scripts/capacity.py measure --db sw_capacity_100k --label after \
-        --out benchmarks/results/capacity-DATE/after-100k
-    .venv/bin/python scripts/capacity.py table benchmarks/results/capacity-DATE/*/summary.json
+        --out results/capacity-DATE/after-100k
+    .venv/bin/python scripts/capacity.py table results/capacity-DATE/*/summary.json
 
 Client and server share the machine; the summary records `uptime`'s load before and after.
 """

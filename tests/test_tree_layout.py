@@ -61,3 +61,14 @@ def test_no_migration_imports_product_code() -> None:
     offenders = {str(p.relative_to(ROOT)): sorted(top_modules(p) & product) for p in scanned
                  if top_modules(p) & product}
     assert offenders == {}
+
+
+def test_the_results_index_lists_every_measurement_folder() -> None:
+    """results/README.md is what `scripts/results_index.py` writes from the folders and the
+    docs that cite them; a new folder or citation without a rewrite fails here."""
+    import subprocess
+    import sys
+
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "results_index.py"),
+                            "--check"], capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stderr
