@@ -136,7 +136,7 @@ def side_identity(environment: dict[str, Any], side: str, *, loaded: dict[str, s
     (the candidate) the build. Two environments that differ only in what one side never
     loads (a package the candidate imports, a candidate-only knob) run the other side's very
     code, so a comparison of the two may leave that side's noise out
-    (benchmarks.isolation.AdaptiveMeasurement). `loaded`: `loaded_distributions()` as the
+    (benchmarks.adaptive.AdaptiveMeasurement). `loaded`: `loaded_distributions()` as the
     timing ended, before passes that import more (a profile) and that only some processes
     of a cell run."""
     variables = {k: v for k, v in (environment.get("variables") or {}).items()

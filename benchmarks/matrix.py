@@ -217,7 +217,8 @@ def run_matrix(specs: list[BenchSpec], *, isolate: bool, timeout_s: float,
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from benchmarks.isolation import AdaptiveMeasurement, run_adaptive_interleaved
+    from benchmarks.adaptive import AdaptiveMeasurement
+    from benchmarks.isolation import run_adaptive_interleaved
     from benchmarks.runner import run_spec
     from benchmarks.stats import Reference
 

@@ -139,7 +139,7 @@ class Prepared:
     """One child started ahead, preparing or waiting at its gate."""
 
     key: tuple[Any, ...]
-    child: Any  # benchmarks.isolation._Child
+    child: Any  # benchmarks.children.Child
     workdir: tempfile.TemporaryDirectory[str]
     to_child: int
     from_child: int
@@ -192,7 +192,7 @@ Launch = Callable[[Path, dict[str, str], tuple[int, ...]], Any]
 
 
 class Preparer:
-    """The children started ahead of their turn, by key (`isolation.unit_key`)."""
+    """The children started ahead of their turn, by key (`children.unit_key`)."""
 
     def __init__(self, ahead: int) -> None:
         self.ahead = ahead
@@ -294,7 +294,7 @@ class Preparer:
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
-    # each child leads a session of its own (benchmarks.isolation._launch), so its group
+    # each child leads a session of its own (benchmarks.children.start_child), so its group
     # holds its compile workers too
     with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
         os.killpg(pid, sig)

@@ -231,7 +231,7 @@ class BenchResult:
 
     def child_side(self) -> str | None:
         """The one side timed when this is a child of a split measurement (its spec's
-        `options._side`): an input to `isolation.merge_processes`, never a result to store."""
+        `options._side`): an input to `merging.merge_processes`, never a result to store."""
         spec = self.spec if isinstance(self.spec, dict) else {}
         options = spec.get("options")
         side = options.get("_side") if isinstance(options, dict) else None

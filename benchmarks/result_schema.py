@@ -447,7 +447,7 @@ class SidesEvidence(Open):
 
 
 class ProcessEvidence(Open):
-    """One process of a merged measurement (benchmarks.isolation.merge_processes)."""
+    """One process of a merged measurement (benchmarks.merging.merge_processes)."""
 
     speedup: Positive | None = None
     ci_low: Positive | None = None
@@ -476,7 +476,7 @@ class Resolvable(Open):
 
 
 class AdaptiveEvidence(Open):
-    """How an adaptive measurement ended (benchmarks.isolation.AdaptiveMeasurement); the
+    """How an adaptive measurement ended (benchmarks.adaptive.AdaptiveMeasurement); the
     verdict's notes do arithmetic on these."""
 
     outcome: Literal["pass", "regression", "precise", "undecided"] | None = None

@@ -536,7 +536,7 @@ def _measure(
         **({"pinned_cores": pinned} if pinned else {}),
         **({"side": side} if side is not None else {}),
         # a split child's own wall rounds, for the join should the other side fall back to
-        # the wall clock (benchmarks.isolation.join_sides removes them)
+        # the wall clock (benchmarks.split_sides.join_sides removes them)
         **({SIDE_WALL_ROUNDS: samples.wall_baseline_ms or samples.wall_candidate_ms}
            if side is not None and samples.clock == THREAD_CLOCK else {}),
     }

@@ -78,7 +78,7 @@ class TimingPolicy:
     # after another by `run_isolated`; the CI then includes the between-process variance
     # (stats.combine_processes), which one process cannot see. 1 = a single process.
     processes: int = 1
-    # Adaptive measurement (`isolation.run_adaptive`): after `processes` processes, more
+    # Adaptive measurement (`adaptive.run_adaptive`): after `processes` processes, more
     # are added one at a time until the comparison with the reference is decided at the
     # threshold (stats.decide), `max_processes` ran, or the processes' timing seconds
     # reach `budget_seconds`. 0 = no more than `processes` / no budget.
@@ -111,7 +111,7 @@ class TimingPolicy:
     builds: str = "pinned"
     # The CPU load guard (benchmarks.host): a CPU cell's unit during which other processes
     # kept more than this many cores busy (CPU seconds per second) is measured again, at
-    # most `isolation.LOAD_REMEASURES` times a cell, and a load that stays is stored with
+    # most `children.LOAD_REMEASURES` times a cell, and a load that stays is stored with
     # the result and named in its verdict, never passed off as a quiet measurement.
     max_host_load: float = 0.5
 
@@ -394,7 +394,7 @@ SIDES = ("paired", "split")
 # in a stored result's spec (the merged result carries the cell's own spec).
 SIDE_OPTION = "_side"
 # Harness-internal: set on the spec of a cell's second and later processes, whose evidence a
-# merged result does not keep (benchmarks.isolation.process_spec).
+# merged result does not keep (benchmarks.children.process_spec).
 LATER_PROCESS_OPTION = "_later_process"
 CHILD_SIDES = ("baseline", "candidate")
 # Spec options that only steer the harness or tests, never what is measured.

@@ -7,7 +7,7 @@ small: `run_spec` (one process, as `speedwatch bench --no-isolate` and every chi
 and `AdaptiveMeasurement` over several processes, paired and split (what a worker stores),
 which adds `evidence.processes`, `evidence.sides` and `evidence.adaptive`. One difference
 from a worker: the "child processes" run here, one after another in this process
-(`isolation._run_one` is replaced), because the parent's reader needs pydantic and this
+(`split_sides.run_one` is replaced), because the parent's reader needs pydantic and this
 script must run where only torch and the backends are installed (a GPU host without the
 service). Each document is written as it would be stored, without being read back.
 Failed and skipped documents are written too (an invalid spec; a backend not installed).
@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import isolation
+from benchmarks import adaptive, split_sides
 from benchmarks.result import BenchResult
 from benchmarks.runner import run_spec
 from benchmarks.spec import BenchSpec, TimingPolicy
@@ -52,11 +52,11 @@ def documents(device: str) -> dict[str, BenchResult]:
             base, backend=candidate, timing=replace(base.timing, cuda_graphs=False)))
     out["failed-invalid-spec"] = run_spec(replace(base, backend="eager", batch_size=0))
     out["skipped-not-installed"] = run_spec(replace(base, backend="torch_tensorrt"))
-    isolation._run_one = _in_process  # see the docstring
+    split_sides.run_one = _in_process  # see the docstring
     for sides in ("paired", "split"):
         spec = replace(base, backend=candidate, options={**base.options, "sides": sides},
                        timing=_timing(device, 2))
-        measurement = isolation.AdaptiveMeasurement(
+        measurement = adaptive.AdaptiveMeasurement(
             spec, reference_for=lambda _first: Reference(0.03, 1.0, 0.002), timeout_s=600)
         while not measurement.done:
             measurement.step()

@@ -74,7 +74,8 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
     from app.db import session_scope
     from app.services.confirmation import confirmation_pair
     from app.services.runs import claim_cell, finish_run_if_complete
-    from benchmarks.isolation import AdaptiveMeasurement, run_adaptive_interleaved
+    from benchmarks.adaptive import AdaptiveMeasurement
+    from benchmarks.isolation import run_adaptive_interleaved
     from workers.confirm import execute_confirmation, heartbeat
     from workers.environments import in_use
 
@@ -256,7 +257,7 @@ def _reference(cell_id: int, series_key: str, settings: Settings) -> Any:
 def _baseline_python_for(settings: Settings) -> Callable[[Any], str | None]:
     """A cell's `baseline_python_for`: the interpreter of the environment its baseline
     result was measured in (a CPU cell whose software differs measures both environments
-    in turns: benchmarks.isolation.AdaptiveMeasurement)."""
+    in turns: benchmarks.adaptive.AdaptiveMeasurement)."""
     return lambda reference: _baseline_python(reference.result_id, settings)
 
 

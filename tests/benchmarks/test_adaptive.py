@@ -14,12 +14,8 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.isolation import (
-    AdaptiveMeasurement,
-    run_adaptive,
-    run_adaptive_interleaved,
-    run_interleaved,
-)
+from benchmarks.adaptive import AdaptiveMeasurement, run_adaptive
+from benchmarks.isolation import run_adaptive_interleaved, run_interleaved
 from benchmarks.result import BenchResult, Speedup
 from benchmarks.spec import BenchSpec, SpecError, default_timing
 from benchmarks.stats import PROCESSES_METHOD, Reference, StatsError, decide, ratio_interval

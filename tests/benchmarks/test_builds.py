@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 
 from benchmarks import build
-from benchmarks.isolation import merge_processes, run_isolated
+from benchmarks.isolation import run_isolated
+from benchmarks.merging import merge_processes
 from benchmarks.result import BenchResult, Speedup
 from benchmarks.runner import run_spec
 from benchmarks.spec import BenchSpec, SpecError, TimingPolicy, default_timing
@@ -134,7 +135,7 @@ def test_harness_options_never_reach_a_backends_settings() -> None:
     """How the sides share processes and which process this is are the harness's business:
     a backend that refuses unknown settings must not refuse them."""
     from benchmarks.backends.tensorrt import spec_problem
-    from benchmarks.isolation import process_spec
+    from benchmarks.children import process_spec
     from benchmarks.spec import LATER_PROCESS_OPTION
 
     cell = BenchSpec(backend="tensorrt", device="cuda", precision="fp16")

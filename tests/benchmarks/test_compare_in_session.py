@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.isolation import AdaptiveMeasurement, run_adaptive
+from benchmarks.adaptive import AdaptiveMeasurement, run_adaptive
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec
 from benchmarks.stats import Reference

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks import host
+from benchmarks.adaptive import AdaptiveMeasurement
+from benchmarks.children import LOAD_REMEASURES
 from benchmarks.clocks import THREAD_CLOCK, WALL_CLOCK
-from benchmarks.isolation import LOAD_REMEASURES, AdaptiveMeasurement
 from benchmarks.spec import BenchSpec, TimingPolicy
 from benchmarks.stats import Reference
 from benchmarks.timing import time_paired

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.child import FAULT_ENV
-from benchmarks.isolation import explain_exit, run_isolated
+from benchmarks.children import explain_exit
+from benchmarks.isolation import run_isolated
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec
 

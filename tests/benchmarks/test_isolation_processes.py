@@ -14,7 +14,8 @@ import typer
 from typer.testing import CliRunner
 
 from benchmarks.child import FAULT_ENV
-from benchmarks.isolation import process_spec, run_isolated
+from benchmarks.children import process_spec
+from benchmarks.isolation import run_isolated
 from benchmarks.result import BenchResult
 from benchmarks.runner import run_spec
 from benchmarks.spec import BenchSpec, SpecError

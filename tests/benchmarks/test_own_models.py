@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import model_ref
-from benchmarks.isolation import merge_processes
+from benchmarks.merging import merge_processes
 from benchmarks.result import BenchResult, ResultError
 from benchmarks.runner import run_spec
 from benchmarks.spec import BenchSpec, SpecError, TimingPolicy, parse_series_key

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from benchmarks import prepared
-from benchmarks.isolation import AdaptiveMeasurement, run_adaptive_interleaved
+from benchmarks.adaptive import AdaptiveMeasurement
+from benchmarks.isolation import run_adaptive_interleaved
 from benchmarks.spec import BenchSpec
 
 SpecFactory = Callable[..., BenchSpec]
