@@ -128,7 +128,8 @@ def parse_input(text: str) -> list[SeriesInput]:
 
 def detect_document(text: str, *, explain: bool = False) -> dict[str, Any]:
     """The whole command as a function: input text in, output document out."""
-    from app.detection.changepoints import SeriesError, detect_change_points
+    from app.detection.changepoints import detect_change_points
+    from app.detection.detector_settings import SeriesError
 
     result = []
     for s in parse_input(text):

@@ -15,7 +15,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.detection.changepoints import max_over_splits_p
+from app.detection.changepoint_tests import max_over_splits_p
 
 DRAWS = 200_000
 

@@ -34,7 +34,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from app.detection.changepoints import detect_change_points, noise_scale  # noqa: E402
+from app.detection.changepoints import detect_change_points  # noqa: E402
+from app.detection.series_noise import noise_scale  # noqa: E402
 
 
 def measure(i: int, weights: str, args: argparse.Namespace) -> dict[str, Any]:

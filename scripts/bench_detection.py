@@ -56,7 +56,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.detection.changepoints import DetectorSettings, detect_change_points  # noqa: E402
+from app.detection.changepoints import detect_change_points  # noqa: E402
 from app.detection.corpus import (  # noqa: E402
     LEGACY_SHAPES,
     MAGNITUDE_BUCKETS,
@@ -70,6 +70,7 @@ from app.detection.corpus import (  # noqa: E402
     generate_legacy_corpus,
     match,
 )
+from app.detection.detector_settings import DetectorSettings  # noqa: E402
 
 Detector = Callable[[LabelledSeries], list[Detection]]
 

@@ -33,13 +33,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.detection.changepoints import DetectorSettings, detect_change_points  # noqa: E402
+from app.detection.changepoints import detect_change_points  # noqa: E402
 from app.detection.corpus import (  # noqa: E402
     Detection,
     LabelledSeries,
     generate_corpus,
     match,
 )
+from app.detection.detector_settings import DetectorSettings  # noqa: E402
 
 BOUNDS = (3.0, 3.5, 4.0, 4.5)
 # The defaults, the step test loosened, then the other guards taken away one by one.

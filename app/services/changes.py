@@ -24,13 +24,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from app.detection.changepoints import (
-    DEFAULT_SETTINGS,
-    ChangePoint,
-    DetectorSettings,
-    SeriesError,
-    detect_change_points,
-)
+from app.detection.changepoints import ChangePoint, detect_change_points
+from app.detection.detector_settings import DEFAULT_SETTINGS, DetectorSettings, SeriesError
 from app.models import Series
 from app.services.series import Point, series_points
 

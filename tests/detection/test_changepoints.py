@@ -9,16 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from app.detection.changepoints import (
-    TEST_SCATTER_ONLY,
-    TEST_WITH_INTERVALS,
-    DetectorSettings,
-    SeriesError,
-    detect_change_points,
-    max_over_splits_p,
-    moderated_variances,
-    noise_scale,
-)
+from app.detection.changepoint_tests import max_over_splits_p
+from app.detection.changepoints import TEST_SCATTER_ONLY, TEST_WITH_INTERVALS, detect_change_points
+from app.detection.detector_settings import DetectorSettings, SeriesError
+from app.detection.series_noise import moderated_variances, noise_scale
 
 # Small deterministic wiggle (+-0.5%), so series are literal yet not constant.
 WIGGLE = [0.004, -0.003, 0.001, -0.005, 0.002, 0.005, -0.001, -0.004, 0.003, 0.0]
