@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.detection.verdict import DEFAULT_THRESHOLD, BaselineKind
+from app.detection.verdict_types import DEFAULT_THRESHOLD, BaselineKind
 
 _DIGEST = re.compile(r"@[0-9a-f]{12}\Z")  # benchmarks.model_ref: label "@" 12 hex digits
 

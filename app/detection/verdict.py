@@ -35,13 +35,31 @@ cells as errors; every verdict carries reasons a person can read.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Mapping
 
 import numpy as np
 import numpy.typing as npt
 
+from app.detection.notes import (
+    _mapping,
+    in_session_comparison,
+    measurement_notes,
+    undecided_cause,
+    uneven_processes_note,
+)
+from app.detection.verdict_types import (
+    DEFAULT_THRESHOLD,
+    Baseline,
+    CellVerdict,
+    CellVerdictKind,
+    RatioEstimate,
+    Rounds,
+    RunVerdict,
+    RunVerdictKind,
+    VerdictError,
+    percent,
+    signed_percent,
+)
 from benchmarks import identity
 from benchmarks.result import BenchResult, Speedup
 from benchmarks.stats import (
@@ -52,72 +70,6 @@ from benchmarks.stats import (
     ratio_interval,
     round_bootstrap,
 )
-
-Rounds = Sequence[Sequence[float]]
-CellVerdictKind = Literal["pass", "regression", "improvement", "inconclusive", "error"]
-RunVerdictKind = Literal["pass", "regression", "inconclusive", "error"]
-BaselineKind = Literal["previous", "pinned", "window"]
-
-DEFAULT_THRESHOLD = 0.03
-
-
-class VerdictError(ValueError):
-    """Samples or settings that admit no verdict; the message says which."""
-
-
-@dataclass(frozen=True)
-class RatioEstimate:
-    """New speedup over baseline speedup, with its bootstrap confidence interval."""
-
-    ratio: float
-    ci_low: float
-    ci_high: float
-    confidence: float
-    new_speedup: float
-    baseline_speedup: float
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """What a new cell is compared with, and words that say what it is."""
-
-    kind: BaselineKind
-    description: str  # e.g. "the previous run on the branch (rev 3f2a1c)"
-    speedup: float
-    result: BenchResult | None = None  # raw samples when the baseline is one run
-
-
-@dataclass(frozen=True)
-class CellVerdict:
-    verdict: CellVerdictKind
-    reasons: tuple[str, ...]
-    ratio: RatioEstimate | None = None
-    suspect: bool = False
-    """Point estimate beyond the threshold but the interval not wholly so: worth a re-measure."""
-    host_drift: bool = False
-    """Same software as the baseline, yet a change beyond the threshold: the host's drift,
-    an operations matter (the runner is named in the reasons), never the code's regression."""
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict in ("pass", "improvement")
-
-
-@dataclass(frozen=True)
-class RunVerdict:
-    verdict: RunVerdictKind
-    reasons: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class HistoryPoint:
-    """One earlier result of the series, oldest first in a history."""
-
-    revision: str
-    result: BenchResult
-
-
-# ---------------------------------------------------------------------------- bootstrap
 
 
 def speedup_ratio_ci(
@@ -172,18 +124,6 @@ def speedup_ratio_ci(
     )
 
 
-# ---------------------------------------------------------------------------- verdicts
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f}%"
-
-
-def percent(fraction: float) -> str:
-    """3% for 0.03, 0.5% for 0.005: a threshold as set, never rounded to 0%."""
-    return f"{fraction * 100:.3g}%"
-
-
 def _check_threshold(threshold: float) -> None:
     if not 0 <= threshold < 1:
         raise VerdictError(f"threshold: {threshold} must be in [0, 1)")
@@ -193,8 +133,9 @@ def _classify(est: RatioEstimate, threshold: float, confidence: float,
               baseline_description: str, *, in_session: bool = False) -> CellVerdict:
     words = (
         f"speedup {est.baseline_speedup:.2f}x -> {est.new_speedup:.2f}x "
-        f"({_pct(est.ratio - 1)}; {confidence:.0%} CI {_pct(est.ci_low - 1)} to "
-        f"{_pct(est.ci_high - 1)}) against {baseline_description}"
+        f"({signed_percent(est.ratio - 1)}; {confidence:.0%} CI "
+        f"{signed_percent(est.ci_low - 1)} to {signed_percent(est.ci_high - 1)}) "
+        f"against {baseline_description}"
     )
     limit = percent(threshold)
     if est.ci_high < 1 - threshold:
@@ -367,24 +308,6 @@ def judge_cell(
     return CellVerdict(kind, tuple(reasons), ratio, suspect)
 
 
-def in_session_comparison(result: BenchResult,
-                          baseline: Baseline | None) -> Mapping[str, Any] | None:
-    """The result's comparison with its baseline's environment measured in the same session
-    (benchmarks.isolation: `evidence.comparison`), when it compared with this baseline's
-    environment; None otherwise."""
-    comparison = _mapping(_mapping(result.evidence).get("comparison"))
-    if comparison.get("mode") != "interleaved" or baseline is None or baseline.result is None:
-        return None
-    old = identity.of(baseline.result.fingerprint)
-    if old is None or comparison.get("baseline_environment") != old["environment"]:
-        return None
-    numbers = [comparison.get("ratio"), *(comparison.get("ratio_ci") or [None, None]),
-               comparison.get("baseline_speedup")]
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in numbers):
-        return None
-    return comparison
-
-
 def in_session_verdict(result: BenchResult, baseline: Baseline | None,
                        threshold: float) -> CellVerdict | None:
     """The verdict of a comparison measured in one session: the two environments' units in
@@ -417,7 +340,8 @@ def same_software_note(result: BenchResult, baseline: Baseline | None,
     if new is None or old is None or new["digest"] != old["digest"]:
         return None
     est = speed.ratio
-    measured = f"{_pct(est.ratio - 1)} [{_pct(est.ci_low - 1)}, {_pct(est.ci_high - 1)}]"
+    measured = (f"{signed_percent(est.ratio - 1)} [{signed_percent(est.ci_low - 1)}, "
+                f"{signed_percent(est.ci_high - 1)}]")
     same = (f"same software as {baseline.description} (identity {new['digest']}: "
             "interpreter, installed distributions, harness, model and build all equal)")
     if speed.verdict in ("regression", "improvement"):
@@ -426,193 +350,6 @@ def same_software_note(result: BenchResult, baseline: Baseline | None,
                 f"host drift on runner {runner} (an operations matter, not a change of the "
                 "code)", True)
     return f"{same}: the measured {measured} is the host's, not the code's", False
-
-
-def measurement_notes(result: BenchResult) -> list[str]:
-    """How the result was measured, where a reader of the verdict must know it: a timing
-    fallback, and how long the adaptive measurement took to decide (or that it did not)."""
-    notes: list[str] = []
-    evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
-    fallback = evidence.get("cuda_graphs_fallback")
-    if fallback:
-        notes.append(f"timed without CUDA graphs (fallback): {fallback}")
-    adaptive = evidence.get("adaptive")
-    if isinstance(adaptive, Mapping) and adaptive.get("processes"):
-        k, seconds = adaptive.get("processes"), adaptive.get("timing_seconds") or 0.0
-        stopped = adaptive.get("stopped_by")
-        limit = "timing budget" if stopped == "budget" else "process limit"
-        decided_wide = (adaptive.get("outcome") not in (None, "undecided")
-                        and isinstance(adaptive.get("target_half_width"), (int, float))
-                        and isinstance(adaptive.get("log_half_width"), (int, float)))
-        interleaved = adaptive.get("mode") == "interleaved"
-        how = (f"the same software as the baseline: {k} processes ({seconds:.1f} s of timing), "
-               "nothing to decide" if stopped == "same_software" else
-               f"decided after {k} units of each environment in turns ({seconds:.1f} s of "
-               "timing)" if stopped == "decided" and interleaved else
-               f"decided after {k} processes ({seconds:.1f} s of timing)"
-               if stopped == "decided" else
-               f"decided, but the CI half-width {math.expm1(adaptive['log_half_width']):.2%} "
-               f"is above the {adaptive['target_half_width']:.2%} target: stopped at {k} "
-               f"processes ({seconds:.1f} s of timing) by the {limit}"
-               if decided_wide and stopped in ("budget", "max_processes") else
-               f"not decided: stopped at {k} processes ({seconds:.1f} s of timing) by the "
-               f"{limit}"
-               if stopped in ("budget", "max_processes") else
-               f"measured in {k} processes ({seconds:.1f} s of timing)")
-        resolvable = _mapping(adaptive.get("resolvable"))
-        half, budget = resolvable.get("half_width"), resolvable.get("budget_seconds")
-        if isinstance(half, (int, float)) and isinstance(budget, (int, float)):
-            how += (f"; this runner resolves +-{half:.1%} in {budget:g} s of timing (a "
-                    "comparison's half-width, from this cell's own units)")
-        notes.append(f"measurement: {how}")
-    load = host_load_note(result)
-    if load:
-        notes.append(load)
-    return notes
-
-
-def host_load_note(result: BenchResult) -> str | None:
-    """The CPU load guard's mark, in words: a result timed beside busy co-tenants is stored
-    as such, never as a quiet measurement (benchmarks.host)."""
-    fingerprint = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
-    load = fingerprint.get("host_load")
-    if not isinstance(load, Mapping) or not load.get("loaded"):
-        return None
-    remeasured = load.get("remeasured") or []
-    again = f", {len(remeasured)} re-measured" if remeasured else ""
-    cores = f" of {load['cores']}" if load.get("cores") else ""
-    why = ("a busy CPU can delay the work a GPU side launches from it"
-           if _mapping(result.spec).get("device") == "cuda" else
-           "a co-tenant sharing caches and memory bandwidth can bias a CPU speedup by "
-           "several percent")
-    return (f"host busy: other processes kept {float(load.get('other_cores') or 0):.1f}"
-            f"{cores} cores busy while timing ({load.get('units_loaded')} of "
-            f"{load.get('units')} units past the {float(load.get('threshold') or 0):g}-core "
-            f"guard{again}); {why}")
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _relative(log_half: float) -> str:
-    return f"+-{math.expm1(log_half):.1%}"
-
-
-# A process whose side ran this far from the processes' median (and past 4 robust standard
-# deviations of them) is named in an undecided verdict. On this project's 2-core machine a
-# demo re-run stayed undecided because in 1-3 of 6-11 processes eager ran 10-30% slow for
-# the whole process while the candidate held still; one such process of eleven took an
-# interval from about +-1% to +-4%.
-UNEVEN_PROCESS_SHARE = 0.05
-
-
-def uneven_processes_note(result: BenchResult) -> str | None:
-    """The processes whose own level of one side moved, in words (None if none did or too
-    few processes ran to tell): what widened an interval that stayed undecided."""
-    units = [u for u in _mapping(result.evidence).get("processes") or []
-             if isinstance(u, Mapping)]
-    if len(units) < 4:
-        return None
-    backend = _mapping(result.spec).get("backend")
-    found: list[tuple[float, str]] = []
-    for key, side in (("baseline_median_ms", "eager"),
-                      ("candidate_median_ms", str(backend or "the candidate"))):
-        levels = [u.get(key) for u in units]
-        if not all(isinstance(v, (int, float)) and v > 0 for v in levels):
-            continue
-        values = np.asarray(levels, dtype=float)
-        median = float(np.median(values))
-        spread = 1.4826 * float(np.median(np.abs(values - median)))
-        for j, value in enumerate(values):
-            off = value / median - 1
-            if abs(off) > UNEVEN_PROCESS_SHARE and abs(value - median) > 4 * spread:
-                found.append((abs(off), f"{side} {abs(off):.0%} {'slow' if off > 0 else 'fast'}"
-                                        f" in process {j + 1} ({value:.1f} ms a call against "
-                                        f"a median of {median:.1f})"))
-    if not found:
-        return None
-    found.sort(key=lambda item: -item[0])
-    named = "; ".join(text for _, text in found[:3])
-    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-    return (f"uneven processes: {named}{more}, of {len(units)} processes; a process whose own "
-            "level moved widens the interval: a quieter runner decides it")
-
-
-def undecided_cause(result: BenchResult, baseline: Baseline | None,
-                    threshold: float) -> str | None:
-    """Why a comparison stayed undecided, and what would settle it, in one line: builds
-    that chose differently, a busy host, a wide baseline, or the budget or process limit
-    that ran out first."""
-    evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
-    spec = result.spec if isinstance(result.spec, Mapping) else {}
-    timing = _mapping(spec.get("timing"))
-    build = _mapping(evidence.get("build"))
-    if isinstance(build.get("distinct"), int) and build["distinct"] > 1:
-        spread = build.get("spread")
-        apart = f", their speedups {spread:.1%} apart" if isinstance(spread, float) else ""
-        return (f"why undecided: its {build['distinct']} builds chose differently{apart} "
-                "(builds as shipped): measure with --builds pinned, or allow more processes "
-                "(--max-processes) to average over builds")
-    fingerprint = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
-    load = fingerprint.get("host_load")
-    if isinstance(load, Mapping) and load.get("loaded"):
-        return (f"why undecided: the host was busy ({float(load.get('other_cores') or 0):.1f} "
-                "other cores): re-run on a quiet runner, or give benchmarks cores of their "
-                "own (SPEEDWATCH_BENCH_CORES)")
-    if result.speedup is None:
-        return None
-    own = log_half_width(result.speedup)
-    base = baseline.result.speedup if baseline and baseline.result else None
-    if base is not None and log_half_width(base) > own \
-            and in_session_comparison(result, baseline) is None:
-        return (f"why undecided: the baseline's own interval ({_relative(log_half_width(base))}"
-                f") is the wider one: pin a more precise run as the baseline, or let this "
-                "run become the baseline")
-    adaptive = _mapping(evidence.get("adaptive"))
-    stopped = adaptive.get("stopped_by")
-    k = adaptive.get("processes")
-    width = f"the interval ({_relative(own)}) is too wide for a {percent(threshold)} threshold"
-    would = what_would_decide(adaptive, threshold)
-    if stopped == "budget":
-        budget = timing.get("budget_seconds")
-        return (f"why undecided: {width} when the timing budget ({budget:g} s) ran out at "
-                f"{k} processes: raise --budget (or --max-seconds), or the threshold{would}"
-                if isinstance(budget, (int, float)) else
-                f"why undecided: {width}: raise --budget{would}")
-    if stopped == "max_processes":
-        return (f"why undecided: {width} at the process limit ({k}): raise --max-processes "
-                f"(or --budget), or the threshold{would}")
-    return f"why undecided: {width}: measure more processes (--processes), or raise the threshold"
-
-
-def what_would_decide(adaptive: Mapping[str, Any], threshold: float) -> str:
-    """What budget, or what threshold, would have decided an undecided comparison, from the
-    measurement's own ratio and interval: its half-width shrinks as one over the square
-    root of the units, so a budget (h / d)^2 times the spent one reaches the distance d
-    between the ratio and the threshold's line; the threshold that decides it now is where
-    its interval ends."""
-    ratio, ci = adaptive.get("ratio"), adaptive.get("ratio_ci") or [None, None]
-    spent, half = adaptive.get("timing_seconds"), adaptive.get("log_half_width")
-    values = [ratio, *ci, spent, half]
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values):
-        return ""
-    assert isinstance(ratio, (int, float)) and isinstance(spent, (int, float))
-    assert isinstance(half, (int, float))
-    distance = abs(math.log(ratio) - math.log1p(-threshold))
-    out = ""
-    if distance > 0:
-        needed = spent * (half / distance) ** 2
-        if needed < 100 * spent:
-            out = f" (about {needed:.0f} s of timing would decide it"
-    low, high = float(ci[0]), float(ci[1])
-    decides = 1 - low if ratio >= 1 - threshold else 1 - high
-    if 0 < decides < 1:
-        out += (f"{'; ' if out else ' ('}a threshold of {decides:.1%} would "
-                f"{'pass' if ratio >= 1 - threshold else 'call a regression'} it now)")
-    elif out:
-        out += ")"
-    return out
 
 
 NOTHING_MEASURED = "no cell was measured (every cell was skipped): nothing to judge"
@@ -640,69 +377,3 @@ def combine(cells: Mapping[str, CellVerdict]) -> RunVerdict:
         if kind in kinds:
             return RunVerdict(kind, reasons)
     return RunVerdict("pass", reasons)
-
-
-# ---------------------------------------------------------------------------- baselines
-
-
-def _usable(point: HistoryPoint) -> bool:
-    return point.result.status == "ok" and point.result.speedup is not None
-
-
-def previous_baseline(history: Sequence[HistoryPoint]) -> Baseline | None:
-    """The latest usable result of the branch's history (oldest first), or None."""
-    for point in reversed(history):
-        if _usable(point):
-            assert point.result.speedup is not None
-            return Baseline("previous", f"the previous run on the branch ({point.revision})",
-                            point.result.speedup.value, point.result)
-    return None
-
-
-def pinned_baseline(point: HistoryPoint) -> Baseline:
-    """A run a person pinned as the reference; refused if it has no speedup."""
-    if not _usable(point):
-        raise VerdictError(f"pinned run {point.revision} has no usable speedup "
-                           f"(status {point.result.status})")
-    assert point.result.speedup is not None
-    return Baseline("pinned", f"the pinned run ({point.revision})",
-                    point.result.speedup.value, point.result)
-
-
-def window_baseline(history: Sequence[HistoryPoint], window: int = 10) -> Baseline | None:
-    """Median speedup of the last `window` usable results: steady against one lucky run."""
-    if window < 1:
-        raise VerdictError(f"window: {window} must be at least 1")
-    values = [p.result.speedup.value for p in history if _usable(p) and p.result.speedup][-window:]
-    if not values:
-        return None
-    return Baseline("window", f"the median of the last {len(values)} runs",
-                    window_median(values))
-
-
-def window_median(speedups: Sequence[float]) -> float:
-    """The window policy's one rule: the median, the mean of the middle two for an even
-    count (the default window is 10). The worker's decision reference uses it too, so a
-    cell is measured against the number its verdict is judged against."""
-    if not speedups:
-        raise VerdictError("window: no speedups to take the median of")
-    return float(np.median(speedups))
-
-
-def select_baseline(
-    kind: BaselineKind,
-    history: Sequence[HistoryPoint],
-    *,
-    pinned: HistoryPoint | None = None,
-    window: int = 10,
-) -> Baseline | None:
-    """The project's baseline policy applied to a series' history (oldest first)."""
-    if kind == "previous":
-        return previous_baseline(history)
-    if kind == "pinned":
-        if pinned is None:
-            raise VerdictError("baseline policy 'pinned' needs a pinned run")
-        return pinned_baseline(pinned)
-    if kind == "window":
-        return window_baseline(history, window)
-    raise VerdictError(f"baseline policy {kind!r} is not previous, pinned or window")

@@ -53,7 +53,8 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.detection.evidence import device_label
 from app.detection.policy import DetectionPolicy
-from app.detection.verdict import VerdictError, judge_results
+from app.detection.verdict import judge_results
+from app.detection.verdict_types import VerdictError
 from app.models import RUN_TERMINAL, Cell, Result, Run
 from app.services import after_commit
 from app.services.common import canonical_hash, spec_hash

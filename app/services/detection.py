@@ -38,19 +38,17 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
+from app.detection.baselines import select_baseline, window_median
 from app.detection.evidence import evidence_sentence
+from app.detection.notes import in_session_comparison
 from app.detection.policy import DetectionPolicy
-from app.detection.verdict import (
+from app.detection.verdict import combine, judge_cell
+from app.detection.verdict_types import (
     Baseline,
     CellVerdict,
     CellVerdictKind,
     HistoryPoint,
     VerdictError,
-    combine,
-    in_session_comparison,
-    judge_cell,
-    select_baseline,
-    window_median,
 )
 from app.models import REGRESSION_ACTIVE, Cell, Regression, Result, Run, Series, series_point
 from app.services import confirmation, sweep_progress

@@ -45,7 +45,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
 from app.config import Settings
-from app.detection.verdict import VerdictError, judge_results
+from app.detection.verdict import judge_results
+from app.detection.verdict_types import VerdictError
 from app.models import RUN_TERMINAL, Cell, Regression, Result, Run, Sweep
 from app.schemas import EnvironmentIn
 from app.services import after_commit

@@ -32,7 +32,8 @@ from sqlalchemy.orm import Session
 
 from app import ports
 from app.config import Settings, get_settings
-from app.detection.verdict import VerdictError, judge_results
+from app.detection.verdict import judge_results
+from app.detection.verdict_types import VerdictError
 from app.environment_policy import (
     PinError,
     normalize_name,

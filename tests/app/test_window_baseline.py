@@ -9,8 +9,9 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.config import Settings
+from app.detection.baselines import window_median
 from app.detection.policy import DetectionPolicy
-from app.detection.verdict import VerdictError, window_median
+from app.detection.verdict_types import VerdictError
 from app.models import Result, Run
 from app.schemas import ResultIngest, RunCreate
 from app.services.detection import choose_baseline, decision_reference

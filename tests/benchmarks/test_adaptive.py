@@ -114,7 +114,7 @@ def test_a_decided_comparison_wider_than_the_target_goes_on(tiny_spec: SpecFacto
     """Decided after 2 processes (as above), but a target width no interval of tiny
     processes reaches keeps it measuring to the process limit; the verdict's note says it
     was decided, and by how much the width missed."""
-    from app.detection.verdict import measurement_notes
+    from app.detection.notes import measurement_notes
 
     result = run_adaptive(adaptive_spec(tiny_spec, 2, 3, target=1e-9),
                           reference_for=lambda _: Reference(0.9, 1.0, 0.0), timeout_s=300)

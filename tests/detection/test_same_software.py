@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.detection.verdict import judge_cell, what_would_decide
+from app.detection.notes import what_would_decide
+from app.detection.verdict import judge_cell
 from benchmarks import identity
 from benchmarks.result import Speedup
 from benchmarks.stats import PROCESSES_METHOD

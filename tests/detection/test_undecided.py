@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.detection.evidence import BUILD_CHANGED, evidence_changes, evidence_sentence
-from app.detection.verdict import Baseline, judge_cell, measurement_notes
+from app.detection.notes import measurement_notes
+from app.detection.verdict import judge_cell
+from app.detection.verdict_types import Baseline
 from benchmarks.result import BenchResult, Speedup
 from benchmarks.stats import PROCESSES_METHOD
 

@@ -6,20 +6,9 @@ import math
 
 import pytest
 
-from app.detection.verdict import (
-    Baseline,
-    CellVerdict,
-    HistoryPoint,
-    VerdictError,
-    combine,
-    judge_cell,
-    judge_intervals,
-    judge_results,
-    judge_samples,
-    previous_baseline,
-    select_baseline,
-    window_baseline,
-)
+from app.detection.baselines import previous_baseline, select_baseline, window_baseline
+from app.detection.verdict import combine, judge_cell, judge_intervals, judge_results, judge_samples
+from app.detection.verdict_types import Baseline, CellVerdict, HistoryPoint, VerdictError
 from benchmarks.result import Accuracy, BenchResult, Speedup
 from benchmarks.stats import PROCESSES_METHOD, speedup_ci
 
