@@ -21,7 +21,8 @@ from app.config import Settings
 from app.models import Cell, Regression, Result, Run
 from app.schemas import ResultIngest, RunCreate
 from app.services.results import ingest_result
-from app.services.runs import create_run, finish_run_if_complete
+from app.services.runs import finish_run_if_complete
+from app.services.triggering import create_run
 from benchmarks.result import Accuracy, BenchResult, LatencySummary, Speedup
 from benchmarks.spec import BenchSpec
 

@@ -39,7 +39,7 @@ def main() -> None:
     from app.db import session_scope, upgrade
     from app.models import Cell, Result
     from app.schemas import RunCreate
-    from app.services.runs import create_run
+    from app.services.triggering import create_run
     from workers.execution import execute_cells
 
     settings = get_settings()

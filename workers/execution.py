@@ -184,7 +184,8 @@ def _measure_again(claimed: _Claimed, reason: str, settings: Settings) -> str:
     """Not stored: the cell goes back to its queue with the reason (or fails, out of
     attempts), and is sent again now; the reconciler sends it if that send fails."""
     from app.db import session_scope
-    from app.services.runs import enqueue, requeue_contaminated
+    from app.services.runs import requeue_contaminated
+    from app.services.triggering import enqueue
 
     log.warning("cell %s contaminated: %s", claimed.cell_id, reason)
     with session_scope(settings) as session:

@@ -49,8 +49,9 @@ from app.services.common import get_or_create_project, release_connection
 from app.services.documents import result_document
 from app.services.policy import project_policy
 from app.services.regressions import get_regression
-from app.services.runs import PlannedCell, expand_matrix, fail_cell, finish_run_if_complete
+from app.services.runs import fail_cell, finish_run_if_complete
 from app.services.tokens import EVERY_PROJECT, ProjectAccess
+from app.services.triggering import PlannedCell, expand_matrix
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def create_sweep(
     created_by: str | None = None,
 ) -> Sweep:
     """The sweep and its runs (queued, not sent: the caller commits, then sends them with
-    app.services.runs.enqueue)."""
+    app.services.triggering.enqueue)."""
     settings = settings or get_settings()
     package = _allowlisted(request.package, request.from_version, "from_version", settings)
     _allowlisted(request.package, request.to_version, "to_version", settings)

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings, get_settings
 from app.models import Cell, Regression, Result, Run, WebhookDelivery
 from app.schemas import RunCreate
-from app.services import confirmation
+from app.services import confirmation, triggering
 from app.services import runs as run_service
 from app.services.series import get_series, series_points
 from benchmarks.spec import BenchSpec
@@ -54,7 +54,7 @@ def measured_run(session: Session, settings: Settings, revision: str, speedup: f
                  environment: dict[str, Any], half: float | None = None) -> Run:
     """A triggered one-cell run whose cell measured `speedup`, finished and committed
     (`half`: a multi-process result whose interval is +-half, see `loose`)."""
-    run, _ = run_service.create_run(session, RunCreate.model_validate(run_request(
+    run, _ = triggering.create_run(session, RunCreate.model_validate(run_request(
         revision=revision, environment=environment, matrix=ONE_CELL)), settings=settings)
     session.commit()
     cell = run.cells[0]
@@ -222,7 +222,7 @@ def test_an_accuracy_failure_opens_at_once_without_a_re_measure(
     session: Session, local: Settings, sent: list[tuple[int, str]]
 ) -> None:
     measured_run(session, local, "v1", 2.0, OLD_ENV)
-    run, _ = run_service.create_run(session, RunCreate.model_validate(run_request(
+    run, _ = triggering.create_run(session, RunCreate.model_validate(run_request(
         revision="v2", environment=NEW_ENV, matrix=ONE_CELL)), settings=local)
     session.commit()
     spec = run_service.claim_cell(session, run.cells[0].id, settings=local)

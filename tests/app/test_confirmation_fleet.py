@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.models import Cell, Regression, Run
 from app.schemas import RunCreate
-from app.services import confirmation
+from app.services import confirmation, triggering
 from app.services import runs as run_service
 from app.services.workers import Announcement, direct_queue, heartbeat
 from devkit.factories import bench_result, run_request
@@ -44,7 +44,7 @@ def workers(session: Session, queue: str, gpus: list[int], host: str = "host-a")
 
 def gpu_run(session: Session, settings: Settings, revision: str, speedup: float,
             environment: dict[str, Any], gpu_index: int = 0, host: str = "host-a") -> Run:
-    run, _ = run_service.create_run(session, RunCreate.model_validate(run_request(
+    run, _ = triggering.create_run(session, RunCreate.model_validate(run_request(
         revision=revision, environment=environment, matrix=GPU)), settings=settings)
     session.commit()
     cell = run.cells[0]

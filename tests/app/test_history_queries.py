@@ -20,9 +20,9 @@ from app.models import Project, Result, Series, series_point
 from app.schemas import ResultIngest, RunCreate
 from app.services.detection import decision_reference
 from app.services.results import ingest_result
-from app.services.runs import create_run
 from app.services.series import axis_values, recent_speedups
 from app.services.tokens import EVERY_PROJECT, ProjectAccess
+from app.services.triggering import create_run
 from benchmarks.spec import BenchSpec
 from devkit.factories import bench_result, ingest_body, run_request, tiny_spec
 

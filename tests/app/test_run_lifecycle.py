@@ -14,11 +14,12 @@ from app.db import session_scope
 from app.models import Result, Run
 from app.schemas import RunCreate
 from app.services import runs as run_service
+from app.services import triggering
 from devkit.factories import bench_result, run_request
 
 
 def new_run(session: Session, settings: Settings, **overrides: object) -> Run:
-    run, created = run_service.create_run(
+    run, created = triggering.create_run(
         session, RunCreate.model_validate(run_request(**overrides)), settings=settings)
     session.commit()
     assert created

@@ -17,7 +17,7 @@ from app.schemas import ResultIngest, RunCreate
 from app.services.detection import choose_baseline, decision_reference
 from app.services.policy import set_policy
 from app.services.results import ingest_result
-from app.services.runs import create_run
+from app.services.triggering import create_run
 from benchmarks.spec import BenchSpec
 from devkit.factories import bench_result, ingest_body, run_request
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.models import Result
 from app.schemas import RunCreate
-from app.services.runs import create_run
+from app.services.triggering import create_run
 from tests.faults.infra import PrivateRedis, Processes, cmdline, descendants, wait_for
 from tests.workers.helpers import inject_fault, reload_run, tiny_request
 from workers.dispatch import enqueue_cells

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.models import Cell, Result
 from app.schemas import RunCreate
-from app.services.runs import create_run
+from app.services.triggering import create_run
 from tests.faults.infra import (
     PrivateRedis,
     Processes,

@@ -10,7 +10,7 @@ from app.config import Settings
 from app.models import Cell, Run
 from app.schemas import RunCreate
 from app.services.common import spec_hash
-from app.services.runs import create_run
+from app.services.triggering import create_run
 from benchmarks.spec import BenchSpec
 
 # One process per cell, both sides in it (sides "paired", not the CPU default "split",

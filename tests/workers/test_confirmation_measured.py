@@ -21,7 +21,7 @@ from app.config import Settings
 from app.db import session_scope
 from app.models import Regression, Result, Run
 from app.schemas import RunCreate
-from app.services.runs import submit_run
+from app.services.triggering import submit_run
 from workers import dispatch
 from workers.local import get_local_executor
 

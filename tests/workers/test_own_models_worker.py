@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.models import Result
 from app.schemas import RunCreate
-from app.services.runs import create_run
+from app.services.triggering import create_run
 from tests.own_model_files import write_package
 from tests.workers.helpers import TINY_TIMING, reload_run
 from workers.execution import execute_cell

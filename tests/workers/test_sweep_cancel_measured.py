@@ -17,8 +17,8 @@ from app.config import Settings
 from app.db import session_scope
 from app.models import Cell, Run, Sweep
 from app.schemas import SweepCreate
-from app.services.runs import enqueue
 from app.services.sweeps import cancel_sweep, create_sweep, stop_queued, unsent_cells
+from app.services.triggering import enqueue
 from tests.workers.wheels import use_only, write_releases
 from workers import dispatch
 from workers.local import get_local_executor

@@ -104,7 +104,7 @@ def test_the_cells_a_run_sends_together_take_turns_and_each_is_stored_when_done(
     so each cell's processes span the time both take (a drift of the machine reaches both
     and shows in each interval); each is stored with its own result, and the run ends."""
     from app.schemas import RunCreate
-    from app.services.runs import create_run
+    from app.services.triggering import create_run
     from workers.execution import execute_cells
 
     request = tiny_request(revision="together", weights=["constant", "tensor"],

@@ -18,6 +18,7 @@ from app.schemas import (
     RunSubmittedPublic,
 )
 from app.services import runs as run_service
+from app.services import triggering
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 
@@ -61,7 +62,7 @@ def create_run(
     throughout; a 5xx would tell CI the trigger failed when it did not.
     A token limited to other projects is a 403."""
     access.check_write(body.project)
-    outcome = run_service.submit_run(
+    outcome = triggering.submit_run(
         session, body, idempotency_key=idempotency_key, settings=settings
     )
     if not outcome.created:

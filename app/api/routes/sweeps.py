@@ -24,8 +24,8 @@ from app.schemas import (
     SweepPublic,
     SweepRunPublic,
 )
-from app.services import runs as run_service
 from app.services import sweeps as service
+from app.services import triggering
 
 router = APIRouter(prefix="/api/v1", tags=["sweeps"])
 
@@ -73,7 +73,7 @@ def sweep_detail(session: Session, sweep: Sweep, warning: str | None = None) -> 
 def _created(session: Session, sweep_id: int, settings: Settings) -> SweepDetailPublic:
     """Commit, send what is not sent yet, answer the sweep as it stands."""
     session.commit()
-    warning = run_service.enqueue(session, service.unsent_cells(session, sweep_id), settings)
+    warning = triggering.enqueue(session, service.unsent_cells(session, sweep_id), settings)
     return sweep_detail(session, service.get_sweep(session, sweep_id), warning)
 
 
