@@ -383,26 +383,10 @@ def _measure(
 ) -> BenchResult:
     policy = spec.timing
     on_cuda = spec.device == "cuda"
-    device = torch.device(spec.device)
-    dtype = model_dtype(spec.precision)
     evidence: dict[str, Any] = {}
     phases = Phases()
     peak: dict[str, int] = {}
-    threads = spec.options.get("threads")
-    if threads is not None:
-        # Runner-level option: both sides share the process's intra-op pool size (the ORT
-        # backend defaults its pool to torch's), so pinning it keeps the comparison fair.
-        torch.set_num_threads(int(threads))
-    if on_cuda:
-        # Best conv algorithms for eager too: the baseline is eager as people deploy it.
-        # Runner-level option `cudnn_benchmark`, off by default (PyTorch's own default).
-        # Measured on an H200 (experiments/process_spread.py, ResNet50 fp16 bs32,
-        # inductor frozen, CUDA graphs, 4 processes each): with cuDNN timing its algorithms
-        # in every process the speedup spread 2.11% between processes (CI +-0.03% each);
-        # with heuristics it spread 0.09%, and both sides ran faster.
-        benchmark = str(spec.options.get("cudnn_benchmark", False)).lower() in ("1", "true")
-        torch.backends.cudnn.benchmark = benchmark
-        evidence["cudnn_benchmark"] = benchmark
+    _set_process_options(spec, evidence)
 
     if model_info is None:
         model_info = {}
@@ -410,16 +394,7 @@ def _measure(
     environment = identity.environment_identity()
     phases.lap("identity")
     with _stage("build"):
-        with _Peak(on_cuda) as p_base:
-            model, x32, reference = _build(spec, device, model_info, environment, evidence)
-            model = model.to(dtype)
-            x = x32.to(dtype)
-            with torch.inference_mode():
-                baseline_out = model(x)
-        peak["baseline_build"] = p_base.value
-        tol = tolerance(spec.precision, spec.device)
-        evidence["baseline_accuracy"] = asdict(compare(baseline_out, reference, tol))
-        del baseline_out, x32
+        model, x, reference, tol = _eager_model(spec, model_info, environment, evidence, peak)
     phases.lap("model")
 
     side = spec.child_side  # None: both sides here; else one side of a split measurement
@@ -447,24 +422,7 @@ def _measure(
         return compiled.run(x)
 
     if slow_candidate > 0 and side != "baseline":
-        # Extra work, as a slower kernel does: busy, not asleep (a sleep's wake-up latency
-        # would add noise of its own), and on the clock the cell is timed by. A one-thread
-        # CPU cell counts its thread's CPU time, and a wait to a wall-clock deadline does
-        # less work when a co-tenant preempts it: beside two busy co-tenants a 4.5% fault
-        # timed that way measured -2.9%.
-        work_clock = time.thread_time if not on_cuda and spec.threads == 1 \
-            else time.perf_counter
-        evidence["fault"] = {"slow_candidate": slow_candidate,
-                             "clock": "thread" if work_clock is time.thread_time else "wall"}
-        fast_fn = candidate_fn
-
-        def candidate_fn() -> torch.Tensor:
-            begin = work_clock()
-            out = fast_fn()
-            until = begin + (work_clock() - begin) * (1 + slow_candidate)
-            while work_clock() < until:
-                pass
-            return out
+        candidate_fn = _slowed(candidate_fn, slow_candidate, spec, evidence)
 
     # The callables this process times: both, or the one side of a split child.
     timed = {"baseline": baseline_fn, "candidate": candidate_fn} if side is None else \
@@ -474,24 +432,7 @@ def _measure(
     if prepared.wait_for_turn() > 0:
         phases.lap("gate")
     with _stage("cuda graph capture"):
-        graphs = {name: False for name in timed}
-        fallback: str | None = None
-        if on_cuda and policy.cuda_graphs:
-            # Both sides replay graphs or neither does: a graphed eager against a launched
-            # candidate would measure launch overhead on one side only.
-            if "candidate" in timed and not compiled.cuda_graph_safe:
-                fallback = "the backend says its program cannot be captured"
-            else:
-                try:
-                    with torch.inference_mode():
-                        captured = {name: capture_cuda_graph(fn) for name, fn in timed.items()}
-                    timed = captured
-                    graphs = {name: True for name in timed}
-                except Exception as exc:
-                    fallback = f"capture failed: {one_line(exc)}"
-                    torch.cuda.synchronize()
-        if fallback is not None:
-            evidence["cuda_graphs_fallback"] = fallback
+        timed, graphs = _captured(timed, compiled, on_cuda and policy.cuda_graphs, evidence)
     mode = "graphs" if all(graphs.values()) and graphs else "nographs"
     phases.lap("capture")
 
@@ -504,16 +445,7 @@ def _measure(
     # the children preparing beside this one (benchmarks.prepared) stop while it times
     quiet_wait = prepared.quiet_please()
     with _stage("timing"):
-        if side is None:
-            samples = time_paired(timed["baseline"], timed["candidate"], policy,
-                                  device=spec.device, cpu_clock=cpu_clock)
-        else:
-            samples = time_paired(timed[side], None, policy, device=spec.device,
-                                  cpu_clock=cpu_clock, turns=ChildTurns.from_env())
-            if side == "candidate":
-                samples = replace(samples, baseline_ms=[], candidate_ms=samples.baseline_ms,
-                                  wall_baseline_ms=[],
-                                  wall_candidate_ms=samples.wall_baseline_ms)
+        samples = _time(spec, timed, side, cpu_clock)
     nvml_end = fingerprint.collect_nvml() if on_cuda else None
     prepared.timed()
     phases.lap("timing")
@@ -521,25 +453,7 @@ def _measure(
         phases.seconds["quiet_wait"] = round(quiet_wait, 3)
     # what this process ran, read before passes that import more (the profile)
     timed_distributions = identity.loaded_distributions(environment["distributions"])
-    evidence["timing"] = {
-        "rounds": samples.rounds,
-        "iters_per_round": max(1, policy.iters_per_round),
-        "stopped_by": samples.stopped_by,
-        "timing_seconds": samples.timing_seconds,
-        "cuda_graphs": graphs,
-        "mode": mode,
-        "warmup_seconds": samples.warmup_seconds,
-        "clock": CUDA_CLOCK if on_cuda else samples.clock,
-        **({"clock_fallback": samples.clock_fallback} if samples.clock_fallback else {}),
-        **({"wall": wall} if (wall := samples.wall_record()) else {}),
-        **({"window": list(samples.window)} if samples.window else {}),
-        **({"pinned_cores": pinned} if pinned else {}),
-        **({"side": side} if side is not None else {}),
-        # a split child's own wall rounds, for the join should the other side fall back to
-        # the wall clock (benchmarks.split_sides.join_sides removes them)
-        **({SIDE_WALL_ROUNDS: samples.wall_baseline_ms or samples.wall_candidate_ms}
-           if side is not None and samples.clock == THREAD_CLOCK else {}),
-    }
+    evidence["timing"] = _timing_record(samples, policy, graphs, mode, on_cuda, pinned, side)
 
     with _stage("statistics"):
         base_summary = stats.summary(samples.baseline_ms) if samples.baseline_ms else None
@@ -552,11 +466,12 @@ def _measure(
     # Kernels per inference are the first process's to count: a cell's merged result keeps
     # the first process's evidence (benchmarks.isolation), and the profiler costs a later
     # process a second or two for a number nobody reads.
+    sides = {name: fn for name, fn in (("baseline", baseline_fn), ("candidate", candidate_fn))
+             if name in graphs}
     if on_cuda and not spec.options.get(LATER_PROCESS_OPTION):
         try:
             evidence["kernels_per_inference"] = {
-                name: count_kernels(fn) for name, fn in (
-                    ("baseline", baseline_fn), ("candidate", candidate_fn)) if name in graphs}
+                name: count_kernels(fn) for name, fn in sides.items()}
         except Exception as exc:  # evidence is a bonus; never lose the measurement over it
             evidence["kernels_per_inference_error"] = one_line(exc)
         phases.lap("kernels")
@@ -564,33 +479,18 @@ def _measure(
     # process's, like the kernel counts. It explains a change; it never is one.
     if profiled_here(spec):
         with _stage("profile"):
-            evidence.update(_profiles(
-                {name: fn for name, fn in (("baseline", baseline_fn),
-                                           ("candidate", candidate_fn)) if name in graphs},
-                compiled, x, on_cuda))
+            evidence.update(_profiles(sides, compiled, x, on_cuda))
         phases.lap("profile")
     if compiled is not None:
-        evidence.update(compiled.evidence)
-        # what the build chose, hashed (benchmarks.build): equal fingerprints, same code
-        evidence["build"] = {"mode": policy.builds, **(evidence.get("build") or {})}
-        if compiled.build_choices is not None:
-            evidence["build_fingerprint"] = build.fingerprint(compiled.build_choices)
-            evidence["build_choices"] = compiled.build_choices
+        _add_build_evidence(compiled, policy.builds, evidence)
 
     fp = fingerprint.finish(_safe_collect(spec.device), nvml_start, nvml_end)
     if compiled is not None and compiled.versions:
         fp["backend_versions"] = dict(compiled.versions)
     if model_info:
         fp["model"] = dict(model_info)
-    # what code ran (benchmarks.identity): equal identities, the same software
-    model_id = identity.model_identity(spec.model_fields(), model_info.get("digest"))
-    fp["software"] = identity.software_identity(environment, model=model_id,
-                                                build=evidence.get("build_fingerprint"))
-    # each side's own software, as this process ran it (a split child runs one side)
-    fp["software"]["sides"] = {
-        name: identity.side_identity(environment, name, loaded=timed_distributions,
-                                     model=model_id, build=evidence.get("build_fingerprint"))
-        for name in ((side,) if side is not None else ("baseline", "candidate"))}
+    fp["software"] = _software(spec, environment, model_info, evidence, timed_distributions,
+                               side)
     phases.lap("evidence")
     evidence["phases"] = phases.seconds
     reason = None
@@ -617,3 +517,153 @@ def _measure(
         finished_at=_now(),
         duration_seconds=time.perf_counter() - t0,
     )
+
+
+def _set_process_options(spec: BenchSpec, evidence: dict[str, Any]) -> None:
+    """The runner-level options that set this process up for both sides alike."""
+    threads = spec.options.get("threads")
+    if threads is not None:
+        # Both sides share the process's intra-op pool size (the ORT backend defaults its
+        # pool to torch's), so pinning it keeps the comparison fair.
+        torch.set_num_threads(int(threads))
+    if spec.device == "cuda":
+        # Best conv algorithms for eager too: the baseline is eager as people deploy it.
+        # Runner-level option `cudnn_benchmark`, off by default (PyTorch's own default).
+        # Measured on an H200 (experiments/process_spread.py, ResNet50 fp16 bs32,
+        # inductor frozen, CUDA graphs, 4 processes each): with cuDNN timing its algorithms
+        # in every process the speedup spread 2.11% between processes (CI +-0.03% each);
+        # with heuristics it spread 0.09%, and both sides ran faster.
+        benchmark = str(spec.options.get("cudnn_benchmark", False)).lower() in ("1", "true")
+        torch.backends.cudnn.benchmark = benchmark
+        evidence["cudnn_benchmark"] = benchmark
+
+
+def _slowed(candidate_fn: Callable[[], torch.Tensor], slow_candidate: float, spec: BenchSpec,
+            evidence: dict[str, Any]) -> Callable[[], torch.Tensor]:
+    """The candidate with extra work, as a slower kernel does (the test-only fault): busy,
+    not asleep (a sleep's wake-up latency would add noise of its own), and on the clock the
+    cell is timed by. A one-thread CPU cell counts its thread's CPU time, and a wait to a
+    wall-clock deadline does less work when a co-tenant preempts it: beside two busy
+    co-tenants a 4.5% fault timed that way measured -2.9%."""
+    work_clock = time.thread_time if spec.device != "cuda" and spec.threads == 1 \
+        else time.perf_counter
+    evidence["fault"] = {"slow_candidate": slow_candidate,
+                         "clock": "thread" if work_clock is time.thread_time else "wall"}
+
+    def slower() -> torch.Tensor:
+        begin = work_clock()
+        out = candidate_fn()
+        until = begin + (work_clock() - begin) * (1 + slow_candidate)
+        while work_clock() < until:
+            pass
+        return out
+    return slower
+
+
+def _captured(timed: dict[str, Callable[[], Any]], compiled: Any, wanted: bool,
+              evidence: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[str, bool]]:
+    """The sides as CUDA-graph replays where `wanted` and possible, and which are. Both
+    sides replay graphs or neither does: a graphed eager against a launched candidate would
+    measure launch overhead on one side only."""
+    graphs = {name: False for name in timed}
+    fallback: str | None = None
+    if wanted:
+        if "candidate" in timed and not compiled.cuda_graph_safe:
+            fallback = "the backend says its program cannot be captured"
+        else:
+            try:
+                with torch.inference_mode():
+                    captured = {name: capture_cuda_graph(fn) for name, fn in timed.items()}
+                timed = captured
+                graphs = {name: True for name in timed}
+            except Exception as exc:
+                fallback = f"capture failed: {one_line(exc)}"
+                torch.cuda.synchronize()
+    if fallback is not None:
+        evidence["cuda_graphs_fallback"] = fallback
+    return timed, graphs
+
+
+def _time(spec: BenchSpec, timed: dict[str, Callable[[], Any]], side: str | None,
+          cpu_clock: str) -> Any:
+    """Both sides in alternating rounds, or, in a split child, this side in turns with the
+    other child (its samples filed under its own side)."""
+    if side is None:
+        return time_paired(timed["baseline"], timed["candidate"], spec.timing,
+                           device=spec.device, cpu_clock=cpu_clock)
+    samples = time_paired(timed[side], None, spec.timing, device=spec.device,
+                          cpu_clock=cpu_clock, turns=ChildTurns.from_env())
+    if side == "candidate":
+        samples = replace(samples, baseline_ms=[], candidate_ms=samples.baseline_ms,
+                          wall_baseline_ms=[], wall_candidate_ms=samples.wall_baseline_ms)
+    return samples
+
+
+def _timing_record(samples: Any, policy: Any, graphs: dict[str, bool], mode: str,
+                   on_cuda: bool, pinned: Any, side: str | None) -> dict[str, Any]:
+    """`evidence.timing`: how the rounds were timed and what stopped them."""
+    return {
+        "rounds": samples.rounds,
+        "iters_per_round": max(1, policy.iters_per_round),
+        "stopped_by": samples.stopped_by,
+        "timing_seconds": samples.timing_seconds,
+        "cuda_graphs": graphs,
+        "mode": mode,
+        "warmup_seconds": samples.warmup_seconds,
+        "clock": CUDA_CLOCK if on_cuda else samples.clock,
+        **({"clock_fallback": samples.clock_fallback} if samples.clock_fallback else {}),
+        **({"wall": wall} if (wall := samples.wall_record()) else {}),
+        **({"window": list(samples.window)} if samples.window else {}),
+        **({"pinned_cores": pinned} if pinned else {}),
+        **({"side": side} if side is not None else {}),
+        # a split child's own wall rounds, for the join should the other side fall back to
+        # the wall clock (benchmarks.split_sides.join_sides removes them)
+        **({SIDE_WALL_ROUNDS: samples.wall_baseline_ms or samples.wall_candidate_ms}
+           if side is not None and samples.clock == THREAD_CLOCK else {}),
+    }
+
+
+def _software(spec: BenchSpec, environment: dict[str, Any], model_info: dict[str, Any],
+              evidence: dict[str, Any], timed_distributions: Any,
+              side: str | None) -> dict[str, Any]:
+    """What code ran (benchmarks.identity): equal identities, the same software; with each
+    side's own, as this process ran it (a split child runs one side)."""
+    model_id = identity.model_identity(spec.model_fields(), model_info.get("digest"))
+    software = identity.software_identity(environment, model=model_id,
+                                          build=evidence.get("build_fingerprint"))
+    software["sides"] = {
+        name: identity.side_identity(environment, name, loaded=timed_distributions,
+                                     model=model_id, build=evidence.get("build_fingerprint"))
+        for name in ((side,) if side is not None else ("baseline", "candidate"))}
+    return software
+
+
+def _eager_model(spec: BenchSpec, model_info: dict[str, Any], environment: dict[str, Any],
+                 evidence: dict[str, Any], peak: dict[str, int],
+                 ) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor, float]:
+    """The eager model at the cell's precision, its input, the fp32 reference output, and
+    the tolerance the candidate is held to; eager's own accuracy against the reference
+    and its peak memory while built go in the evidence."""
+    on_cuda = spec.device == "cuda"
+    dtype = model_dtype(spec.precision)
+    with _Peak(on_cuda) as p_base:
+        model, x32, reference = _build(spec, torch.device(spec.device), model_info,
+                                       environment, evidence)
+        model = model.to(dtype)
+        x = x32.to(dtype)
+        with torch.inference_mode():
+            baseline_out = model(x)
+    peak["baseline_build"] = p_base.value
+    tol = tolerance(spec.precision, spec.device)
+    evidence["baseline_accuracy"] = asdict(compare(baseline_out, reference, tol))
+    return model, x, reference, tol
+
+
+def _add_build_evidence(compiled: Any, builds: str, evidence: dict[str, Any]) -> None:
+    """The backend's own evidence and what its build chose, hashed (benchmarks.build):
+    equal fingerprints, the same code."""
+    evidence.update(compiled.evidence)
+    evidence["build"] = {"mode": builds, **(evidence.get("build") or {})}
+    if compiled.build_choices is not None:
+        evidence["build_fingerprint"] = build.fingerprint(compiled.build_choices)
+        evidence["build_choices"] = compiled.build_choices
