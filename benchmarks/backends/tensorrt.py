@@ -165,7 +165,7 @@ def evidence_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, di
 
 def spec_problem(spec: BenchSpec) -> str | None:
     """Why this spec can never run on this backend, wherever it runs (None if it can)."""
-    from benchmarks.trt_converter import CONVERTER_OPTIONS, ConversionError, ConverterOptions
+    from benchmarks.trt_options import CONVERTER_OPTIONS, ConversionError, ConverterOptions
 
     unknown = {k for k in spec.options if not harness_option(k)} - KNOWN_OPTIONS \
         - set(CONVERTER_OPTIONS)
@@ -200,6 +200,7 @@ class TensorRTBackend:
 
     def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
         from benchmarks import trt_converter as conv
+        from benchmarks import trt_options
 
         reason = self.unavailable_reason(spec)
         if reason is not None:
@@ -213,7 +214,7 @@ class TensorRTBackend:
                 report = conv.build_network(trt, model, tuple(example.shape), spec,
                                             io_dtype=example.dtype)
             built = conv.build_plan(trt, report)
-        except conv.UnsupportedOp as exc:
+        except trt_options.UnsupportedOp as exc:
             raise BackendUnavailable(str(exc)) from exc
 
         runtime: tensorrt.Runtime = trt.Runtime(report.logger)
@@ -294,9 +295,10 @@ def _parse_onnx(trt: Any, model: torch.nn.Module, example: torch.Tensor,
                 spec: BenchSpec) -> Any:
     """Export to ONNX and let TensorRT's parser fill the network; same builder settings."""
     from benchmarks import trt_converter as conv
+    from benchmarks import trt_options
     from benchmarks.backends.onnxruntime import _export
 
-    options = conv.ConverterOptions.for_spec(spec)
+    options = trt_options.ConverterOptions.for_spec(spec)
     report = conv.start_network(trt, spec, options, io_dtype=example.dtype, path="onnx")
     # kept (and deleted with the report) because a refit reads the same file again
     tmp = tempfile.TemporaryDirectory(prefix="speedwatch-trt-onnx-")
@@ -309,7 +311,7 @@ def _parse_onnx(trt: Any, model: torch.nn.Module, example: torch.Tensor,
     # parse_from_file also finds weights the exporter stored as external data
     if not parser.parse_from_file(str(onnx_path)):
         errors = [str(parser.get_error(i).desc()) for i in range(parser.num_errors)]
-        raise conv.ConversionError("TensorRT's ONNX parser failed: " + "; ".join(errors[:3]))
+        raise trt_options.ConversionError("TensorRT's ONNX parser failed: " + "; ".join(errors[:3]))
     report.keepalive.append(parser)
     report.layer_counts = dict(Counter(
         _layer_type_name(trt, report.network.get_layer(i))
@@ -321,7 +323,8 @@ def _parse_onnx(trt: Any, model: torch.nn.Module, example: torch.Tensor,
 def _refit_from_onnx(trt: Any, engine: Any, onnx_path: str) -> int:
     """Refit an engine the ONNX parser built: its weights carry the initializers' names,
     which only the ONNX parser's refitter knows how to map."""
-    from benchmarks.trt_converter import ConversionError, make_logger
+    from benchmarks.trt_network import make_logger
+    from benchmarks.trt_options import ConversionError
 
     logger = make_logger(trt)
     refitter: tensorrt.Refitter = trt.Refitter(engine, logger)
@@ -360,7 +363,7 @@ class _EngineRunner:
 
     def __init__(self, trt: Any, engine: tensorrt.ICudaEngine, runtime: Any, logger: Any, *,
                  dynamic: bool) -> None:
-        from benchmarks.trt_converter import INPUT_NAME, OUTPUT_NAME
+        from benchmarks.trt_options import INPUT_NAME, OUTPUT_NAME
 
         self.engine = engine
         # TensorRT holds raw pointers to both: they must live as long as the engine

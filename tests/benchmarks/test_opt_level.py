@@ -17,7 +17,7 @@ from benchmarks.backends.onnxruntime import BACKEND as ORT
 from benchmarks.backends.onnxruntime import opt_level_name
 from benchmarks.matrix import BadInput, build_matrix
 from benchmarks.spec import BenchSpec, SpecError, parse_series_key
-from benchmarks.trt_converter import ConversionError, ConverterOptions
+from benchmarks.trt_options import ConversionError, ConverterOptions
 
 
 def spec(**kw: Any) -> BenchSpec:

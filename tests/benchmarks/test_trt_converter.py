@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from benchmarks import trt_converter as tc
+from benchmarks import trt_network, trt_options
 from benchmarks.backends import get_backend
 from benchmarks.backends.tensorrt import (
     NOT_INSTALLED,
@@ -93,21 +94,21 @@ def biased_model(seed: int = 0) -> BiasedResidual:
 
 
 def convert(model: nn.Module, spec: BenchSpec, trt: Any = None,
-            shape: tuple[int, ...] = (2, 3, 32, 32)) -> tuple[Any, tc.ConversionReport]:
+            shape: tuple[int, ...] = (2, 3, 32, 32)) -> tuple[Any, trt_options.ConversionReport]:
     trt = trt or si.TensorRTStandIn()
     return trt, tc.build_network(trt, model, shape, spec)
 
 
-def net(report: tc.ConversionReport) -> si.INetworkDefinition:
+def net(report: trt_options.ConversionReport) -> si.INetworkDefinition:
     """The network as the stand-in's type (the report is typed with TensorRT's)."""
     return cast(si.INetworkDefinition, report.network)
 
 
-def cfg(report: tc.ConversionReport) -> si.IBuilderConfig:
+def cfg(report: trt_options.ConversionReport) -> si.IBuilderConfig:
     return cast(si.IBuilderConfig, report.config)
 
 
-def layers_of(report: tc.ConversionReport, kind: si.LayerType) -> list[si.ILayer]:
+def layers_of(report: trt_options.ConversionReport, kind: si.LayerType) -> list[si.ILayer]:
     return [layer for layer in net(report).layers if layer.kind == kind]
 
 
@@ -120,10 +121,10 @@ def count(model: nn.Module, cls: type[nn.Module]) -> int:
     return sum(isinstance(m, cls) for m in model.modules())
 
 
-def run_engine(trt: Any, report: tc.ConversionReport, x: torch.Tensor) -> torch.Tensor:
+def run_engine(trt: Any, report: trt_options.ConversionReport, x: torch.Tensor) -> torch.Tensor:
     plan = tc.build_plan(trt, report)
     engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(plan.plan)
-    return engine.evaluate({tc.INPUT_NAME: x})[tc.OUTPUT_NAME]
+    return engine.evaluate({trt_options.INPUT_NAME: x})[trt_options.OUTPUT_NAME]
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -253,7 +254,7 @@ def test_the_three_release_networks_side_by_side(shape_mode: str) -> None:
     }
     x = torch.randn(2, 3, 32, 32)
     built = {}
-    for mode in tc.TRT_MODES:
+    for mode in trt_options.TRT_MODES:
         spec = mode_spec(mode, shape_mode=shape_mode)
         trt, report = convert(model, spec)
         kinds = Counter(layer.kind.name for layer in net(report).layers)
@@ -299,11 +300,11 @@ def test_a_mode_that_contradicts_the_weights_is_refused(weights: str, mode: str)
 
 
 def test_an_unknown_mode_is_refused_by_name() -> None:
-    with pytest.raises(tc.ConversionError, match=r"trt-2\.9"):
-        tc.ConverterOptions.from_spec({"trt_mode": "trt-2.9"})
+    with pytest.raises(trt_options.ConversionError, match=r"trt-2\.9"):
+        trt_options.ConverterOptions.from_spec({"trt_mode": "trt-2.9"})
 
 
-@pytest.mark.parametrize("mode", tc.TRT_MODES)
+@pytest.mark.parametrize("mode", trt_options.TRT_MODES)
 def test_refit_is_its_own_axis_and_works_with_every_mode(mode: str) -> None:
     spec = tiny_spec(weights="refit", options={"trt_mode": mode})
     first, second = model_for(spec), model_for(tiny_spec(seed=1))
@@ -312,7 +313,7 @@ def test_refit_is_its_own_axis_and_works_with_every_mode(mode: str) -> None:
     assert report.mode == mode
     engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
     assert tc.refit_engine(trt, engine, second, mode=mode) == len(report.weight_names)
-    out = engine.evaluate({tc.INPUT_NAME: x})[tc.OUTPUT_NAME]
+    out = engine.evaluate({trt_options.INPUT_NAME: x})[trt_options.OUTPUT_NAME]
     assert rel_err(out, second(x)) < 1e-5
 
 
@@ -324,7 +325,7 @@ def test_refit_sets_the_refit_flag_and_names_every_weight_after_its_layer_uses_i
     _, report = convert(model, tiny_spec(weights="refit"))
     assert cfg(report).get_flag(si.BuilderFlag.REFIT)
     named = net(report).weight_names
-    assert sorted(named) == sorted(tc.named_weight_values(model))
+    assert sorted(named) == sorted(trt_network.named_weight_values(model))
     conv = layers_of(report, si.LayerType.CONVOLUTION)[0]
     assert named["conv1.weight"] is conv.weights()["kernel"]
 
@@ -389,7 +390,7 @@ def test_dynamic_shape_gets_a_profile_from_one_to_twice_the_batch() -> None:
     _, report = convert(model_for(spec), spec, shape=(4, 3, 32, 32))
     assert net(report).get_input(0).declared_shape == (-1, 3, 32, 32)
     (profile,) = cfg(report).profiles
-    assert profile.get_shape(tc.INPUT_NAME) == [(1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32)]
+    assert profile.get_shape(trt_options.INPUT_NAME) == [(1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32)]
     assert report.profile == {"min": [1, 3, 32, 32], "opt": [4, 3, 32, 32],
                               "max": [8, 3, 32, 32]}
 
@@ -420,7 +421,7 @@ def test_default_optimization_level_is_three() -> None:
     ({"workspace_mb": 0}, "workspace_mb"),
 ])
 def test_bad_options_are_refused_with_their_name(options: dict[str, Any], message: str) -> None:
-    with pytest.raises(tc.ConversionError, match=message):
+    with pytest.raises(trt_options.ConversionError, match=message):
         convert(model_for(tiny_spec()), tiny_spec(options=options))
 
 
@@ -449,7 +450,7 @@ def cached_tactics(path: Path) -> dict[str, int]:
     return config.create_timing_cache(path.read_bytes()).entries
 
 
-def built_choices(trt: Any, report: tc.ConversionReport) -> Any:
+def built_choices(trt: Any, report: trt_options.ConversionReport) -> Any:
     """Build `report` and return the engine's build choices (what build_fingerprint hashes)."""
     plan = tc.build_plan(trt, report)
     engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(plan.plan)
@@ -578,7 +579,7 @@ def test_a_failed_build_raises_with_tensorrts_logged_reason() -> None:
     spec = tiny_spec(precision="fp16", options={"strongly_typed": True})
     trt, report = convert(model_for(tiny_spec()).half(), spec)
     cfg(report).set_flag(trt.BuilderFlag.FP16)  # TensorRT refuses this combination
-    with pytest.raises(tc.ConversionError, match="strongly typed"):
+    with pytest.raises(trt_options.ConversionError, match="strongly typed"):
         tc.build_plan(trt, report)
 
 
@@ -631,7 +632,7 @@ def test_dynamic_network_evaluates_at_the_smallest_and_largest_batch() -> None:
     engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(plan.plan)
     for batch in (1, 4):
         x = torch.randn(batch, 3, 32, 32)
-        out = engine.evaluate({tc.INPUT_NAME: x})[tc.OUTPUT_NAME]
+        out = engine.evaluate({trt_options.INPUT_NAME: x})[trt_options.OUTPUT_NAME]
         assert rel_err(out, model(x)) < 1e-5
 
 
@@ -655,7 +656,7 @@ def test_refit_swaps_in_another_models_weights_without_a_rebuild() -> None:
     engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
     refit = tc.refit_engine(trt, engine, second)
     assert refit == len(report.weight_names) > 0
-    out = engine.evaluate({tc.INPUT_NAME: x})[tc.OUTPUT_NAME]
+    out = engine.evaluate({trt_options.INPUT_NAME: x})[trt_options.OUTPUT_NAME]
     assert rel_err(out, second(x)) < 1e-5
     assert rel_err(out, first(x)) > 1e-2
 
@@ -665,7 +666,7 @@ def test_refit_of_a_non_refittable_engine_fails_clearly() -> None:
     model = model_for(spec)
     trt, report = convert(model, spec)
     engine = trt.Runtime(trt.Logger()).deserialize_cuda_engine(tc.build_plan(trt, report).plan)
-    with pytest.raises(tc.ConversionError, match="refit"):
+    with pytest.raises(trt_options.ConversionError, match="refit"):
         tc.refit_engine(trt, engine, model)
 
 
@@ -674,7 +675,7 @@ def test_refit_of_a_non_refittable_engine_fails_clearly() -> None:
 
 def test_custom_op_is_reported_unsupported_by_name() -> None:
     spec = tiny_spec(model="resnet50-customop")
-    with pytest.raises(tc.UnsupportedOp, match=CUSTOM_OP_NAME) as info:
+    with pytest.raises(trt_options.UnsupportedOp, match=CUSTOM_OP_NAME) as info:
         convert(model_for(spec), spec)
     assert info.value.op == CUSTOM_OP_NAME
     assert "plugin" in str(info.value)
@@ -682,7 +683,7 @@ def test_custom_op_is_reported_unsupported_by_name() -> None:
 
 def test_unsupported_module_is_named() -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.GELU()).eval()
-    with pytest.raises(tc.UnsupportedOp, match="GELU"):
+    with pytest.raises(trt_options.UnsupportedOp, match="GELU"):
         convert(model, tiny_spec(), shape=(2, 3, 8, 8))
 
 
@@ -691,7 +692,7 @@ def test_unsupported_function_is_named() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return torch.sigmoid(x)
 
-    with pytest.raises(tc.UnsupportedOp, match="sigmoid"):
+    with pytest.raises(trt_options.UnsupportedOp, match="sigmoid"):
         convert(Sigmoid(), tiny_spec(), shape=(2, 3, 8, 8))
 
 

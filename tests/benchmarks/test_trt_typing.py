@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 RIGHT = """
-from benchmarks.trt_converter import ConversionReport
+from benchmarks.trt_options import ConversionReport
 
 
 def build(report: ConversionReport, x, w) -> None:
