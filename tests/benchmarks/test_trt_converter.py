@@ -390,7 +390,8 @@ def test_dynamic_shape_gets_a_profile_from_one_to_twice_the_batch() -> None:
     _, report = convert(model_for(spec), spec, shape=(4, 3, 32, 32))
     assert net(report).get_input(0).declared_shape == (-1, 3, 32, 32)
     (profile,) = cfg(report).profiles
-    assert profile.get_shape(trt_options.INPUT_NAME) == [(1, 3, 32, 32), (4, 3, 32, 32), (8, 3, 32, 32)]
+    assert profile.get_shape(trt_options.INPUT_NAME) == [(1, 3, 32, 32), (4, 3, 32, 32),
+                                                         (8, 3, 32, 32)]
     assert report.profile == {"min": [1, 3, 32, 32], "opt": [4, 3, 32, 32],
                               "max": [8, 3, 32, 32]}
 
