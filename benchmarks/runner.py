@@ -27,15 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import datetime as dt
-import os
-import resource
-import sys
 import time
-import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
-from functools import partial
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -46,34 +40,19 @@ from benchmarks import (
     fingerprint,
     host,
     identity,
-    model_ref,
     prepared,
     stats,
 )
-from benchmarks.accuracy import compare, tolerance
+from benchmarks.accuracy import compare
+from benchmarks.after_timing import count_kernels, side_profiles
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.clocks import CUDA_CLOCK, SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
-from benchmarks.models import example_input, model_dtype
+from benchmarks.eager_model import eager_model, model_identity_of
+from benchmarks.process_state import Peak, now_iso, one_line, process_age
 from benchmarks.result import BenchResult
 from benchmarks.spec import LATER_PROCESS_OPTION, BenchSpec, SpecError, profiled_here
 from benchmarks.timing import capture_cuda_graph, time_paired
 from benchmarks.turns import ChildTurns
-
-KERNEL_COUNT_INFERENCES = 5
-_REASON_MAX = 400
-
-
-def process_age() -> float | None:
-    """Seconds since this process started (Linux; None elsewhere): how long the
-    interpreter, its imports and the child's own set-up took before the measurement."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime", encoding="ascii") as f:
-            uptime = float(f.read().split()[0])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class Phases:
@@ -93,103 +72,6 @@ class Phases:
         self._mark = now
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-def one_line(exc: BaseException) -> str:
-    """'Type: first line of the message', short enough for a table cell and a database row."""
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
-    return text if len(text) <= _REASON_MAX else text[: _REASON_MAX - 3] + "..."
-
-
-def _maxrss_bytes() -> int:
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss) if sys.platform == "darwin" else int(rss) * 1024
-
-
-@contextlib.contextmanager
-def _exact_fp32() -> Iterator[None]:
-    """TF32 off while computing the reference: the reference must be plain fp32."""
-    cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32 = cudnn
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-
-
-def count_kernels(fn: Callable[[], Any], inferences: int = KERNEL_COUNT_INFERENCES) -> float:
-    """GPU kernels launched per call of `fn`, from the profiler's device-side events.
-
-    Memory copies and memsets are not kernels and are left out; a fused program shows up
-    as fewer kernels per inference, which is the point of the number.
-    """
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "profiler clears events at the end of each cycle"
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(inferences):
-                fn()
-            torch.cuda.synchronize()
-        kernels = [
-            e for e in prof.events()
-            if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
-        ]
-    return len(kernels) / inferences
-
-
-def _profiles(sides: dict[str, Callable[[], Any]], compiled: Any, x: torch.Tensor,
-              on_cuda: bool) -> dict[str, Any]:
-    """evidence.profile: each side's profile; evidence.profile_error where one failed (a
-    profile is a bonus: never lose the measurement over it)."""
-    from benchmarks import profile as profiling
-
-    out: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    n = profiling.GPU_INFERENCES if on_cuda else profiling.CPU_INFERENCES
-    for name, fn in sides.items():
-        own = compiled.profile if name == "candidate" and compiled is not None else None
-        try:
-            out[name] = profiling.timed(partial(own, x, n) if own is not None else partial(
-                profiling.torch_profile, fn, on_cuda=on_cuda, inferences=n))
-        except Exception as exc:
-            errors[name] = one_line(exc)
-    return {**({"profile": out} if out else {}),
-            **({"profile_error": errors} if errors else {})}
-
-
-class _Peak:
-    """Peak memory of one phase: CUDA allocator peak on GPU, max-RSS growth on CPU."""
-
-    def __init__(self, on_cuda: bool) -> None:
-        self.on_cuda = on_cuda
-        self.start = 0
-
-    def __enter__(self) -> _Peak:
-        if self.on_cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            self.start = _maxrss_bytes()
-        self.value = 0
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.on_cuda:
-            torch.cuda.synchronize()
-            self.value = int(torch.cuda.max_memory_allocated())
-        else:
-            self.value = max(0, _maxrss_bytes() - self.start)
-
-
 def _failed_or_skipped(
     spec: BenchSpec, status: str, reason: str, device_class: str, started: str, t0: float,
     fp: dict[str, Any] | None = None, spec_dict: dict[str, Any] | None = None,
@@ -207,7 +89,7 @@ def _failed_or_skipped(
         reason=reason,
         fingerprint=fp or {},
         started_at=started,
-        finished_at=_now(),
+        finished_at=now_iso(),
         duration_seconds=time.perf_counter() - t0,
     )
 
@@ -218,7 +100,7 @@ def run_spec(spec: BenchSpec, *, slow_candidate: float = 0.0) -> BenchResult:
     `slow_candidate` is a test-only fault (benchmarks.child passes it only when faults are
     allowed): each timed candidate call is stretched by that fraction of its own duration,
     a real and deterministic drop of the speedup, recorded in `evidence.fault`."""
-    started, t0 = _now(), time.perf_counter()
+    started, t0 = now_iso(), time.perf_counter()
     try:
         spec.validate()
     except SpecError as exc:
@@ -304,7 +186,7 @@ def _compile_candidate(
     with _stage("compile"):
         # A private copy: a backend that rewrites modules in place must not touch the baseline.
         candidate_model = copy.deepcopy(model)
-        with _Peak(on_cuda) as p_compile:
+        with Peak(on_cuda) as p_compile:
             tc = time.perf_counter()
             compiled, evidence["build"] = build_cache.built_or_loaded(
                 spec, backend, candidate_model, x, lambda: copy.deepcopy(model),
@@ -312,7 +194,7 @@ def _compile_candidate(
             if on_cuda:
                 torch.cuda.synchronize()
             compile_call = time.perf_counter() - tc
-    with _stage("first run"), _Peak(on_cuda) as p_first:
+    with _stage("first run"), Peak(on_cuda) as p_first:
         tf = time.perf_counter()
         with torch.inference_mode():
             candidate_out = compiled.run(x)
@@ -330,51 +212,13 @@ def _compile_candidate(
 
     with _stage("peak memory"):
         # Steady state, one inference per side, after autotuning and lazy compilation.
-        with _Peak(on_cuda) as p_steady, torch.inference_mode():
+        with Peak(on_cuda) as p_steady, torch.inference_mode():
             model(x)
         peak["baseline"] = p_steady.value if on_cuda else peak["baseline_build"]
-        with _Peak(on_cuda) as p_cand, torch.inference_mode():
+        with Peak(on_cuda) as p_cand, torch.inference_mode():
             compiled.run(x)
         peak["candidate"] = p_cand.value if on_cuda else peak["candidate_compile"]
     return compiled, accuracy, compile_call + first_call
-
-
-def _model_identity(spec: BenchSpec, model_info: dict[str, Any]) -> str | None:
-    """What names the model's weights and code for the build cache: a built-in model's
-    spec fields and the harness that builds it (both in the key already); a model of the
-    user's, the digest and fingerprint its build recorded (None without them)."""
-    if model_ref.parse(spec.model, allow_absolute=True).builtin:
-        return spec.model
-    digest, fp = model_info.get("digest"), model_info.get("fingerprint")
-    return f"{spec.model} {digest} {fp}" if digest and fp else None
-
-
-def _build(spec: BenchSpec, device: torch.device, model_info: dict[str, Any],
-           environment: dict[str, Any], evidence: dict[str, Any],
-           ) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
-    """(fp32 model on the device, its fp32 input, the fp32 reference output).
-
-    A model of the user's is fingerprinted during the reference call (the same forward
-    pass, nothing extra run) and its fingerprint stored in `model_info`; building it may
-    raise own_models.ModelUnavailable, which skips the cell."""
-    ref = model_ref.parse(spec.model, allow_absolute=True)
-    if ref.builtin:
-        # a built-in model's weights: built, or loaded from the host's build cache
-        built, evidence["model_build"] = build_cache.built_model(spec, environment=environment)
-        model = built.to(device)
-        x32 = example_input(spec).to(device)
-        with torch.inference_mode(), _exact_fp32():
-            reference = model(x32).float()
-        return model, x32, reference
-    from benchmarks import own_models
-
-    built = own_models.build(spec, ref)
-    built.module = built.module.to(device)
-    x32 = built.input.to(device)
-    with torch.inference_mode(), _exact_fp32():
-        out, info = own_models.fingerprinted_call(built, x32)
-    model_info.update(info)
-    return built.module, x32, out.float()
 
 
 def _measure(
@@ -394,7 +238,7 @@ def _measure(
     environment = identity.environment_identity()
     phases.lap("identity")
     with _stage("build"):
-        model, x, reference, tol = _eager_model(spec, model_info, environment, evidence, peak)
+        model, x, reference, tol = eager_model(spec, model_info, environment, evidence, peak)
     phases.lap("model")
 
     side = spec.child_side  # None: both sides here; else one side of a split measurement
@@ -404,13 +248,13 @@ def _measure(
     if side != "baseline":
         compiled, accuracy, compile_seconds = _compile_candidate(
             spec, backend, model, x, reference, tol, on_cuda, evidence, peak,
-            _model_identity(spec, model_info), environment)
+            model_identity_of(spec, model_info), environment)
     if side == "candidate":
         # The candidate runs alone, as deployed: eager's weights leave the process (the
         # candidate holds its own copy) and eager is never called here.
         del model
     elif side == "baseline":
-        with _stage("peak memory"), _Peak(on_cuda) as p_steady, torch.inference_mode():
+        with _stage("peak memory"), Peak(on_cuda) as p_steady, torch.inference_mode():
             model(x)
         peak["baseline"] = p_steady.value if on_cuda else peak["baseline_build"]
     phases.lap("compile")
@@ -479,7 +323,7 @@ def _measure(
     # process's, like the kernel counts. It explains a change; it never is one.
     if profiled_here(spec):
         with _stage("profile"):
-            evidence.update(_profiles(sides, compiled, x, on_cuda))
+            evidence.update(side_profiles(sides, compiled, x, on_cuda))
         phases.lap("profile")
     if compiled is not None:
         _add_build_evidence(compiled, policy.builds, evidence)
@@ -514,7 +358,7 @@ def _measure(
         evidence=evidence,
         fingerprint=fp,
         started_at=started,
-        finished_at=_now(),
+        finished_at=now_iso(),
         duration_seconds=time.perf_counter() - t0,
     )
 
@@ -636,27 +480,6 @@ def _software(spec: BenchSpec, environment: dict[str, Any], model_info: dict[str
                                      model=model_id, build=evidence.get("build_fingerprint"))
         for name in ((side,) if side is not None else ("baseline", "candidate"))}
     return software
-
-
-def _eager_model(spec: BenchSpec, model_info: dict[str, Any], environment: dict[str, Any],
-                 evidence: dict[str, Any], peak: dict[str, int],
-                 ) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor, float]:
-    """The eager model at the cell's precision, its input, the fp32 reference output, and
-    the tolerance the candidate is held to; eager's own accuracy against the reference
-    and its peak memory while built go in the evidence."""
-    on_cuda = spec.device == "cuda"
-    dtype = model_dtype(spec.precision)
-    with _Peak(on_cuda) as p_base:
-        model, x32, reference = _build(spec, torch.device(spec.device), model_info,
-                                       environment, evidence)
-        model = model.to(dtype)
-        x = x32.to(dtype)
-        with torch.inference_mode():
-            baseline_out = model(x)
-    peak["baseline_build"] = p_base.value
-    tol = tolerance(spec.precision, spec.device)
-    evidence["baseline_accuracy"] = asdict(compare(baseline_out, reference, tol))
-    return model, x, reference, tol
 
 
 def _add_build_evidence(compiled: Any, builds: str, evidence: dict[str, Any]) -> None:

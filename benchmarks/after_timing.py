@@ -1,0 +1,60 @@
+"""Evidence gathered after the timing, never part of it: kernels launched per inference
+(the first process's) and each side's profile (benchmarks.profile). It explains a
+change; it never is one."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+from benchmarks.process_state import one_line
+
+KERNEL_COUNT_INFERENCES = 5
+
+
+def count_kernels(fn: Callable[[], Any], inferences: int = KERNEL_COUNT_INFERENCES) -> float:
+    """GPU kernels launched per call of `fn`, from the profiler's device-side events.
+
+    Memory copies and memsets are not kernels and are left out; a fused program shows up
+    as fewer kernels per inference, which is the point of the number.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "profiler clears events at the end of each cycle"
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(inferences):
+                fn()
+            torch.cuda.synchronize()
+        kernels = [
+            e for e in prof.events()
+            if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
+        ]
+    return len(kernels) / inferences
+
+
+def side_profiles(sides: dict[str, Callable[[], Any]], compiled: Any, x: torch.Tensor,
+              on_cuda: bool) -> dict[str, Any]:
+    """evidence.profile: each side's profile; evidence.profile_error where one failed (a
+    profile is a bonus: never lose the measurement over it)."""
+    from benchmarks import profile as profiling
+
+    out: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    n = profiling.GPU_INFERENCES if on_cuda else profiling.CPU_INFERENCES
+    for name, fn in sides.items():
+        own = compiled.profile if name == "candidate" and compiled is not None else None
+        try:
+            out[name] = profiling.timed(partial(own, x, n) if own is not None else partial(
+                profiling.torch_profile, fn, on_cuda=on_cuda, inferences=n))
+        except Exception as exc:
+            errors[name] = one_line(exc)
+    return {**({"profile": out} if out else {}),
+            **({"profile_error": errors} if errors else {})}
