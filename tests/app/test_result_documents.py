@@ -21,14 +21,14 @@ from app.config import Settings
 from app.main import create_app
 from app.models import Result
 from app.services.common import canonical_hash
-from benchmarks.result_schema import (
-    DOCUMENT_EXAMPLE,
+from benchmarks.document_values import (
     MAX_JSON_DEPTH,
     MAX_JSON_ITEMS,
     MAX_OPEN_KEYS,
     MAX_ROUND_SAMPLES,
     MAX_ROUNDS,
 )
+from benchmarks.result_schema import DOCUMENT_EXAMPLE
 from devkit.factories import bearer, bench_result, ingest_body
 
 DOCUMENTS = Path(__file__).parents[1] / "benchmarks" / "documents"
