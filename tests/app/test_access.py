@@ -27,7 +27,8 @@ from fastapi.testclient import TestClient
 from app import ports
 from app.api import deps
 from app.config import Settings
-from app.dashboard.routes import TOKEN_COOKIE, page_access
+from app.dashboard.page_kit import page_access
+from app.dashboard.session import TOKEN_COOKIE
 from app.main import create_app
 from app.services.tokens import authenticate, revoke_token
 from benchmarks.profile import document

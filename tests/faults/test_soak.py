@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.dashboard.routes import TOKEN_COOKIE
+from app.dashboard.session import TOKEN_COOKIE
 from app.models import Cell, Result, Run
 from tests.app.detection_docs import body, measured
 from tests.faults.infra import PrivateRedis, Processes, wait_for
