@@ -89,6 +89,18 @@ def submitted_run(url: str, token: str, printed: str) -> dict[str, Any]:
     return run
 
 
+def resolve_open(url: str, token: str) -> None:
+    """Resolve the regressions a comparison opened, so that the next one is judged as the
+    first: an open regression of the series means no new one to open, and so no re-measure
+    of a suspect drop, which would make later comparisons depend on earlier ones."""
+    headers = {"Authorization": f"Bearer {token}"}
+    items = httpx.get(f"{url}/api/v1/regressions", params={"status": "open"},
+                      headers=headers, timeout=30).json()["items"]
+    for item in items:
+        httpx.post(f"{url}/api/v1/regressions/{item['id']}/resolve", headers=headers,
+                   timeout=30).raise_for_status()
+
+
 def row(kind: str, run: dict[str, Any], code: int, wall: float) -> dict[str, Any]:
     cell = run["cells"][0]
     result = cell.get("result") or {}
@@ -235,6 +247,7 @@ def main() -> int:
                                     env=env, log=log)
                 run = submitted_run(url, tokens["read"], printed)
                 summary["comparisons"].append(row(kind, run, code, time.monotonic() - t0))
+                resolve_open(url, tokens["ci"])
                 (out / "summary.json").write_text(json.dumps(summary, indent=1))
                 write_markdown(summary, out / "summary.md")
     finally:
