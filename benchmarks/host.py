@@ -1,7 +1,7 @@
 """The CPU host a measurement shares: which core a benchmark runs on, and how busy the rest was.
 
 A GPU cell is guarded by NVML (workers.exclusivity); this is the CPU's twin. On a CPU a
-co-tenant moves wall-clock timings directly: on this project's 2-core machine, with two
+co-tenant moves wall-clock timings directly: on a shared 2-core virtual machine, with two
 busy processes beside it, one-thread eager-vs-ONNX-Runtime speedups timed by wall clock
 moved -11% to +16% between runs. Three things hold a measurement still:
 

@@ -151,8 +151,8 @@ def default_timing(device: str) -> TimingPolicy:
     (`GPU_TARGET_HALF_WIDTH`: three H100 processes gave 0.02-0.18% in 7 of 8 cells, 0.45%
     in one; a fourth process narrows the t interval by about a third). CPU: units of two
     children taking turns (sides=split, benchmarks.turns), 1.5 s of timing a side, at most
-    16 units or 45 s of timing. Short units and many of them: on this project's 2-core
-    machine the unit-to-unit spread (the processes' own levels, eager's CPU time per call
+    16 units or 45 s of timing. Short units and many of them: on a shared 2-core
+    virtual machine the unit-to-unit spread (the processes' own levels, eager's CPU time per call
     moving 84-97 ms between processes) outweighs what longer units gain, and only more
     processes narrow it. A decided CPU cell also reaches a half-width of 1.5%
     (`CPU_TARGET_HALF_WIDTH`, half the default 3% threshold, what a first result must reach

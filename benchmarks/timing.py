@@ -11,7 +11,7 @@ after one synchronise at the end of the round, so the host never stalls the queu
 mid-round. On the CPU, `time.perf_counter_ns` (wall time) around each call; for a
 one-thread cell (`clock="thread"`) the calling thread's CPU time (`time.thread_time_ns`)
 beside it, and the statistics use the CPU time: a co-tenant that takes the core stretches
-the wall clock but not the CPU time the thread computed for (on this project's 2-core
+the wall clock but not the CPU time the thread computed for (on a shared 2-core
 machine, beside two busy processes, wall-clock speedups moved -11% to +16% between runs;
 CPU-time speedups of processes pinned to a core kept a CV of 0.6%). The wall-clock samples
 are kept beside them for the record. If other threads of the process burned CPU during

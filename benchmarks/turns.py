@@ -2,9 +2,9 @@
 
 A split measurement times eager and the candidate in processes of their own, so that
 neither runs inside the other's process (beside ONNX Runtime constant, eager in the same
-process ran up to 29% slower than alone on one of this project's CPUs). Timed one after
-the other, though, the two processes see different minutes of the machine: on this
-project's 2-core machine eager's CPU time per call moved 85-93 ms between processes a
+process ran up to 29% slower than alone on a shared CPU). Timed one after
+the other, though, the two processes see different minutes of the machine: on a shared
+2-core virtual machine eager's CPU time per call moved 85-93 ms between processes a
 minute apart, with nothing else of ours running, and unit speedups scattered 3-4%. Here
 both children are alive at once, pinned to the same core, and a referee in the parent
 tells them in turn to time one round (baseline then candidate, candidate then baseline,

@@ -108,7 +108,7 @@ def _relative(log_half: float) -> str:
 
 
 # A process whose side ran this far from the processes' median (and past 4 robust standard
-# deviations of them) is named in an undecided verdict. On this project's 2-core machine a
+# deviations of them) is named in an undecided verdict. On a shared 2-core virtual machine a
 # demo re-run stayed undecided because in 1-3 of 6-11 processes eager ran 10-30% slow for
 # the whole process while the candidate held still; one such process of eleven took an
 # interval from about +-1% to +-4%.
