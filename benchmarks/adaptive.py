@@ -315,8 +315,7 @@ class AdaptiveMeasurement:
         self._merged = cand
         threshold = self._reference.threshold if self._reference else 0.0
         c = self._comparison
-        limit = 1 - threshold
-        outcome = "regression" if c.high < limit else "pass" if c.low >= limit else "undecided"
+        outcome = stats.classify_ratio(c.ratio, c.low, c.high, threshold)
         self._decision = stats.Decision(outcome, c.ratio, c.low, c.high, c.log_half)
         self._comparison_base = base
         # as a cell decided against a stored baseline: decided, and as precise as the target

@@ -198,8 +198,9 @@ def what_would_decide(adaptive: Mapping[str, Any], threshold: float) -> str:
     """What budget, or what threshold, would have decided an undecided comparison, from the
     measurement's own ratio and interval: its half-width shrinks as one over the square
     root of the units, so a budget (h / d)^2 times the spent one reaches the distance d
-    between the ratio and the threshold's line; the threshold that decides it now is where
-    its interval ends."""
+    from the ratio to the line it must clear (no change for a drop past the threshold, the
+    threshold's line otherwise); the threshold that passes it now is where its interval
+    ends."""
     ratio, ci = adaptive.get("ratio"), adaptive.get("ratio_ci") or [None, None]
     spent, half = adaptive.get("timing_seconds"), adaptive.get("log_half_width")
     values = [ratio, *ci, spent, half]
@@ -207,17 +208,19 @@ def what_would_decide(adaptive: Mapping[str, Any], threshold: float) -> str:
         return ""
     assert isinstance(ratio, (int, float)) and isinstance(spent, (int, float))
     assert isinstance(half, (int, float))
-    distance = abs(math.log(ratio) - math.log1p(-threshold))
+    low = float(ci[0])
+    past = ratio < 1 - threshold
+    # a drop past the threshold decides once its interval excludes no change; one short of
+    # it, once the interval clears the threshold's line (benchmarks.stats.classify_ratio)
+    distance = abs(math.log(ratio)) if past else abs(math.log(ratio) - math.log1p(-threshold))
     out = ""
     if distance > 0:
         needed = spent * (half / distance) ** 2
         if needed < 100 * spent:
             out = f" (about {needed:.0f} s of timing would decide it"
-    low, high = float(ci[0]), float(ci[1])
-    decides = 1 - low if ratio >= 1 - threshold else 1 - high
-    if 0 < decides < 1:
-        out += (f"{'; ' if out else ' ('}a threshold of {decides:.1%} would "
-                f"{'pass' if ratio >= 1 - threshold else 'call a regression'} it now)")
+    decides = 1 - low
+    if not past and 0 < decides < 1:
+        out += f"{'; ' if out else ' ('}a threshold of {decides:.1%} would pass it now)"
     elif out:
         out += ")"
     return out

@@ -1,7 +1,7 @@
 """The per-run verdict: one new cell against its series' baseline, from the raw samples.
 
-A regression is a speedup drop whose confidence interval lies wholly below the baseline by
-more than a threshold (default 3%). The interval is that of the RATIO new speedup /
+A regression is a speedup drop that is real (its confidence interval excludes no change) and
+larger than a threshold (default 3%). The interval is that of the RATIO new speedup /
 baseline speedup, from a bootstrap over the rounds of both results:
 
 - Each result's speedup is the ratio of pooled medians (eager over candidate), the number
@@ -21,10 +21,11 @@ comparison is such a result, the ratio's interval is built from the two results'
 intervals (log half-widths in quadrature, `benchmarks.stats.ratio_interval`), the same rule
 adaptive measurement stops on, so a cell the worker called decided is judged decided here.
 
-Verdicts: "regression" (the ratio's interval lies below 1 - threshold), "improvement"
-(above 1 + threshold), "pass" (its lower end is at or above 1 - threshold: a drop beyond
-the threshold is ruled out), otherwise "inconclusive": the interval straddles the
-threshold. An inconclusive cell whose point estimate is past the threshold is `suspect`:
+Verdicts, by the one rule `benchmarks.stats.classify_ratio`: "regression" (the ratio's
+interval excludes 1 and its estimate is below 1 - threshold: a real drop, of a size that
+matters), "improvement" (mirrored), "pass" (the interval's lower end is at or above
+1 - threshold: a drop beyond the threshold is ruled out), otherwise "inconclusive". An
+inconclusive cell whose point estimate is past the threshold is `suspect`:
 it is re-measured like a candidate regression (app.services.confirmation); one that is
 not says so in its reasons. No verdict is a silent pass.
 
@@ -66,6 +67,7 @@ from benchmarks.stats import (
     PROCESSES_METHOD,
     Reference,
     StatsError,
+    classify_ratio,
     log_half_width,
     ratio_interval,
     round_bootstrap,
@@ -138,19 +140,23 @@ def _classify(est: RatioEstimate, threshold: float, confidence: float,
         f"against {baseline_description}"
     )
     limit = percent(threshold)
-    if est.ci_high < 1 - threshold:
+    rule = classify_ratio(est.ratio, est.ci_low, est.ci_high, threshold)
+    if rule == "regression":
         confirmed = (": confirmed by the two environments measured in turns"
                      if in_session else "")
-        return CellVerdict("regression", (f"{words}: slower by more than {limit}{confirmed}",),
-                           est)
-    if est.ci_low > 1 + threshold:
-        return CellVerdict("improvement", (f"{words}: faster by more than {limit}",), est)
-    if est.ci_low >= 1 - threshold:
+        return CellVerdict("regression", (
+            f"{words}: slower, past the {limit} threshold (the interval excludes no change)"
+            f"{confirmed}",), est)
+    if rule == "improvement":
+        return CellVerdict("improvement", (
+            f"{words}: faster, past the {limit} threshold (the interval excludes no change)",),
+            est)
+    if rule == "pass":
         return CellVerdict("pass", (f"{words}: no change beyond {limit}",), est)
     if est.ratio < 1 - threshold:
         return CellVerdict("inconclusive", (
-            f"{words}: suspect: the drop is not certain beyond {limit} (re-measure to "
-            "confirm)",), est, suspect=True)
+            f"{words}: suspect: past the {limit} threshold, but the interval does not exclude "
+            "no change (re-measure to confirm)",), est, suspect=True)
     return CellVerdict("inconclusive", (
         f"{words}: uncertain: a drop beyond {limit} is not ruled out (measure longer: "
         "more processes or a larger timing budget)",), est)

@@ -56,7 +56,7 @@ class CellVerdict:
     reasons: tuple[str, ...]
     ratio: RatioEstimate | None = None
     suspect: bool = False
-    """Point estimate beyond the threshold but the interval not wholly so: worth a re-measure."""
+    """Point estimate beyond the threshold, the interval not excluding no change: re-measure."""
     host_drift: bool = False
     """Same software as the baseline, yet a change beyond the threshold: the host's drift,
     an operations matter (the runner is named in the reasons), never the code's regression."""

@@ -267,7 +267,8 @@ def test_an_undecided_large_drop_is_re_measured_and_never_a_plain_pass(
     assert (run.status, run.verdict) == ("running", None)
     assert run.reasons[0].startswith(
         f"{run.cells[0].series_key}: drop suspected: confirming (re-measure queued")
-    assert "suspect: the drop is not certain beyond 3%" in " ".join(run.reasons)
+    assert "suspect: past the 3% threshold, but the interval does not exclude" in \
+        " ".join(run.reasons)
     assert len(sent) == 1 and regressions(session) == []
 
     # side by side, the re-measure shows the drop clearly: a regression, alert opened

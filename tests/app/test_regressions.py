@@ -48,7 +48,7 @@ def test_a_regressed_cell_opens_a_regression_with_magnitude_and_evidence(
     assert opened["project"] == "vision" and opened["baseline_kind"] == "previous"
     assert opened["magnitude"] == pytest.approx(-0.2, abs=0.01)
     assert opened["evidence"] == "kernels per inference 58 -> 161"
-    assert any("slower by more than 3%" in r for r in opened["reasons"])
+    assert any("slower, past the 3% threshold" in r for r in opened["reasons"])
 
 
 def test_a_series_still_regressed_keeps_its_one_regression(

@@ -156,7 +156,7 @@ def test_a_threshold_below_one_percent_is_named_as_set() -> None:
     verdict = judge_cell(measured(1.58, 0.001), baseline_of(measured(1.6, 0.001)),
                          threshold=0.005)
     assert verdict.verdict == "regression"
-    assert "slower by more than 0.5%" in verdict.reasons[0]
+    assert "slower, past the 0.5% threshold" in verdict.reasons[0]
 
 
 # eager's and ONNX Runtime's median ms a call in each of 11 processes of one demo cell on

@@ -82,7 +82,7 @@ def test_submit_wait_prints_the_reasons_and_exits_1_on_regression(
     assert proc.returncode == EXIT_REGRESSION, proc.stdout + proc.stderr
     assert "verdict: regression" in proc.stdout
     assert "speedup 2.00x -> 1.60x" in proc.stdout
-    assert "slower by more than 3%" in proc.stdout
+    assert "slower, past the 3% threshold" in proc.stdout
     assert "Traceback" not in proc.stderr
 
 
