@@ -302,6 +302,8 @@ class AdaptiveMeasurement:
                 self._comparison = stats.compare_levels(
                     [r.candidate_samples_ms for r in self._results],
                     [r.candidate_samples_ms for r in self._base_results],
+                    candidate_env_eager=[r.baseline_samples_ms for r in self._results],
+                    baseline_env_eager=[r.baseline_samples_ms for r in self._base_results],
                     resamples=policy.bootstrap_resamples, seed=policy.seed)
             else:
                 self._comparison = stats.compare_units(
@@ -482,6 +484,8 @@ class AdaptiveMeasurement:
                 # "candidate_side": eager was the same software in both (its side identity),
                 # so the ratio is of the candidate sides' times; "speedups" otherwise
                 "basis": "candidate_side" if self._shared_side else "speedups",
+                # the candidate sides' pairs adjusted by eager's (stats.compare_levels)
+                "control_variate": self._comparison.control_variate,
                 **({"shared_baseline_side": self._shared_side} if self._shared_side else {}),
                 "pairs": self._comparison.pairs,
                 "threshold": reference.threshold,

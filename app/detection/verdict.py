@@ -329,6 +329,8 @@ def in_session_verdict(result: BenchResult, baseline: Baseline | None,
     pairs = comparison.get("pairs")
     basis = ("; eager ran the same software in both, so the candidate sides' own times are "
              "compared" if comparison.get("basis") == "candidate_side" else "")
+    if basis and comparison.get("control_variate") is True:
+        basis += ", adjusted by eager's pair by pair for the host's moving speed"
     return _classify(est, threshold, 0.95,
                      f"{baseline.description}, its environment measured in turns with this "
                      f"one in the same session ({pairs} units each{basis})", in_session=True)
