@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -28,13 +29,23 @@ def start_server(dsn: str, workers: int, queue: str, log: Path) -> tuple[subproc
         cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    if not wait_until_up(base, process, timeout_s=60):
+        raise SystemExit(f"the API did not come up; see {log}")
+    return process, base
+
+
+def wait_until_up(base: str, process: subprocess.Popen[Any] | None = None, *,
+                  path: str = "/healthz", timeout_s: float = 60.0) -> bool:
+    """Whether `base + path` answered 200 within `timeout_s`; False early when `process`
+    (the server, if this caller started it) exits first. The server is not killed: what
+    to do with one that never came up is the caller's."""
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return process, base
+            if httpx.get(f"{base}{path}", timeout=2).status_code == 200:
+                return True
         except httpx.HTTPError:
             pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            raise SystemExit(f"the API did not come up; see {log}")
+        if time.monotonic() > deadline or (process is not None and process.poll() is not None):
+            return False
         time.sleep(0.3)

@@ -76,6 +76,7 @@ from app.services.runs import result_row  # noqa: E402
 from app.services.tokens import create_token  # noqa: E402
 from benchmarks.result import BenchResult, LatencySummary, Speedup  # noqa: E402
 from benchmarks.spec import SERIES_KEY_FIELDS, BenchSpec, parse_series_key  # noqa: E402
+from devkit.api_server import wait_until_up  # noqa: E402
 
 SERVER = "postgresql://postgres@127.0.0.1:5432"
 DOCUMENTS = ROOT / "tests" / "benchmarks" / "documents"
@@ -403,17 +404,10 @@ def start_server(tree: Path, dsn: str, log: Path) -> tuple[subprocess.Popen[byte
         [sys.executable, "-m", "cli", "serve", "--port", str(port), "--no-migrate"],
         cwd=tree, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            raise SystemExit(f"the API did not come up; see {log}")
-        time.sleep(0.3)
+    if not wait_until_up(base, process, path="/readyz", timeout_s=90):
+        process.kill()
+        raise SystemExit(f"the API did not come up; see {log}")
+    return process, base
 
 
 def loadavg() -> str:

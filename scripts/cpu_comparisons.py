@@ -47,6 +47,9 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from devkit.api_server import wait_until_up
+
 # tokens in what a command printed stay out of the logged output (it is kept with results)
 SECRET = re.compile(r"sw_[A-Za-z0-9_-]{20,}")
 
@@ -115,6 +118,7 @@ def row(kind: str, run: dict[str, Any], code: int, wall: float) -> dict[str, Any
         "units": adaptive.get("processes"), "timing_seconds": adaptive.get("timing_seconds"),
         "speedup": result.get("speedup"), "baseline_speedup": comparison.get("baseline_speedup"),
         "ratio": ratio, "ratio_ci": ci,
+        "control_variate": comparison.get("control_variate"),
         "half_width": math.expm1(half) if half is not None else None,
         "resolvable": adaptive.get("resolvable"),
         "host_load": (result.get("fingerprint") or {}).get("host_load"),
@@ -126,7 +130,7 @@ def write_markdown(summary: dict[str, Any], path: Path) -> None:
     lines = [f"co-tenants: {summary['co_tenants']}; slowdown {summary['slowdown']:.1%}; "
              f"baseline run {summary.get('baseline_run')}", "",
              "| kind | run | exit | verdict | mode | units each | timing s | ratio [95% CI] | "
-             "+-% | host load (cores) | wall s |", "|" + "---|" * 11]
+             "+-% | eager-adjusted | host load (cores) | wall s |", "|" + "---|" * 12]
     for r in summary["comparisons"]:
         ci = r["ratio_ci"]
         ratio = (f"{(r['ratio'] - 1) * 100:+.2f}% [{(ci[0] - 1) * 100:+.2f}, "
@@ -136,7 +140,7 @@ def write_markdown(summary: dict[str, Any], path: Path) -> None:
         half = f"{r['half_width']:.2%}" if r.get("half_width") is not None else "-"
         lines.append(f"| {r['kind']} | {r['run']} | {r['exit']} | {r['verdict']} | {r['mode']} "
                      f"| {r['units']} | {(r['timing_seconds'] or 0):.0f} | {ratio} | {half} | "
-                     f"{cores} | {r['wall_s']:.0f} |")
+                     f"{r.get('control_variate')} | {cores} | {r['wall_s']:.0f} |")
     for kind in dict.fromkeys(r["kind"] for r in summary["comparisons"]):
         rows = [r for r in summary["comparisons"] if r["kind"] == kind]
         verdicts = [r["verdict"] for r in rows]
@@ -215,13 +219,7 @@ def main() -> int:
     submit = ["submit", "--url", url, "--token", tokens["ci"], "--project", "compare",
               "--branch", "main", "--wait", "--timeout", "7200", "--poll", "5", *matrix]
     try:
-        for _ in range(120):
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        wait_until_up(url, timeout_s=60)
         t0 = time.monotonic()
         code, printed = cli(*submit, "--revision", "baseline", env=env, log=log)
         base = submitted_run(url, tokens["read"], printed)

@@ -41,7 +41,10 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_verdicts import cell_rows, cli, pipeline_with_custom_op, token
+
+from devkit.api_server import wait_until_up
 
 
 def env_for(data: Path, builds: str, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -61,13 +64,8 @@ def env_for(data: Path, builds: str, extra: dict[str, str] | None = None) -> dic
 def serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
     server = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--port", str(port)],
                               env=env, stdout=log.open("a"), stderr=subprocess.STDOUT)
-    for _ in range(240):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    if wait_until_up(f"http://127.0.0.1:{port}", server, timeout_s=120):
+        return server
     server.kill()
     raise SystemExit("serve did not come up")
 

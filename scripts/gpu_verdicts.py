@@ -37,6 +37,9 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from devkit.api_server import wait_until_up
+
 # tokens in what a command printed stay out of the logged output (it is kept with results)
 SECRET = re.compile(r"sw_[A-Za-z0-9_-]{20,}")
 
@@ -179,13 +182,7 @@ def main() -> int:
         stdout=serve_log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{args.port}"
     try:
-        for _ in range(120):
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        wait_until_up(url, server, timeout_s=60)
         code, _ = cli("policy", "set", "--url", url, "--token", admin, "--project", "demo",
                       "--threshold", args.threshold, env=env, log=log)
         summary["threshold"] = float(args.threshold)
