@@ -31,18 +31,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     Field,
     PlainValidator,
     StrictBool,
     TypeAdapter,
+    create_model,
     model_validator,
 )
 from pydantic_core import ErrorDetails
 
-from benchmarks.build import Builds
 from benchmarks.document_values import (
     MAX_DISTRIBUTIONS,
     MAX_OPEN_KEYS,
@@ -76,7 +76,7 @@ from benchmarks.document_values import (
     TimingMode,
     _raise_at,
 )
-from benchmarks.spec import CompileCache, SpecError, parse_series_key
+from benchmarks.spec import Knob, SpecError, parse_series_key, timing_fields
 
 # A document `speedwatch bench --isolate --json` wrote (a tiny ResNet, ONNX Runtime against
 # eager on a CPU, 3 processes each side alone): the API's example, and a test's.
@@ -124,27 +124,23 @@ class AccuracyDocument(Closed):
     passed: StrictBool
 
 
-class TimingPolicyDocument(Closed):
-    """benchmarks.spec.TimingPolicy; whether the values are usable is BenchSpec.validate's
-    question (and the runner's: a document of a refused policy records the refusal)."""
+def _document_field(kind: type, default: Any, knob: Knob) -> tuple[Any, Any]:
+    if knob.choices is not None:
+        return Literal[knob.choices], default
+    return {bool: StrictBool, int: Int, float: Number}[kind], default
 
-    warmup_iters: Int = 10
-    rounds: Int = 30
-    iters_per_round: Int = 10
-    max_seconds: Number = 30.0
-    min_rounds: Int = 5
-    cuda_graphs: StrictBool = True
-    warmup_seconds: Number = 1.0
-    bootstrap_resamples: Int = 2000
-    seed: Int = 0
-    processes: Int = 1
-    max_processes: Int = 0
-    budget_seconds: Number = 0.0
-    target_half_width: Number = 0.0
-    compile_cache: CompileCache = "process"
-    builds: Builds = "pinned"
-    max_host_load: Number = 0.5
-    profile: StrictBool = True
+
+if TYPE_CHECKING:
+    class TimingPolicyDocument(Closed):
+        """benchmarks.spec.TimingPolicy, field for field (made from its declaration)."""
+else:
+    TimingPolicyDocument = create_model(
+        "TimingPolicyDocument", __base__=Closed, __module__=__name__,
+        __doc__="benchmarks.spec.TimingPolicy, field for field (made from its declaration); "
+                "whether the values are usable is BenchSpec.validate's question (and the "
+                "runner's: a document of a refused policy records the refusal).",
+        **{name: _document_field(kind, default, knob)
+           for name, kind, default, knob in timing_fields()})
 
 
 class SpecOptions(Open):

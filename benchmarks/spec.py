@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -50,48 +51,121 @@ class SpecError(ValueError):
     """A spec that cannot be measured; the message names the field."""
 
 
+# Where a process finds its compiled kernels (TimingSpec.compile_cache); the one vocabulary
+# the API, the result schema and the project file validate against.
+CompileCache = Literal["process", "host"]
+COMPILE_CACHES: tuple[CompileCache, ...] = typing.get_args(CompileCache)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A timing field's bounds and what it means to a user: the one declaration the API's
+    request schema (app.schemas.TimingIn), the result document's schema
+    (benchmarks.result_schema.TimingPolicyDocument) and `BenchSpec.validate` are made from.
+
+    ge/gt/le/lt bound what the API accepts and what a stored spec may hold; `stored` widens
+    the stored range where the harness's own values lie outside what a user may ask for
+    (max_processes 0: no processes beyond `processes`); `choices` makes a text field a closed
+    vocabulary; `description` is the API's."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    stored: tuple[float, float] | None = None
+    choices: tuple[str, ...] | None = None
+    description: str | None = None
+
+    def refuses(self, value: float | str) -> str | None:
+        """Why a stored spec may not hold `value` (of the field's type), or None."""
+        if self.choices is not None or isinstance(value, str):
+            return None if value in (self.choices or ()) else \
+                f"is not one of {', '.join(self.choices or ())}"
+        if self.stored is not None:
+            lo, hi = self.stored
+            return None if lo <= value <= hi else f"must be in [{lo:g}, {hi:g}]"
+        checks = ((self.ge, value >= (self.ge or 0), ">="), (self.gt, value > (self.gt or 0), ">"),
+                  (self.le, value <= (self.le or 0), "<="), (self.lt, value < (self.lt or 0), "<"))
+        for bound, ok, word in checks:
+            if bound is not None and not ok:
+                return f"must be {word} {bound:g}"
+        return None
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
+
+
+def _of_kind(value: object, kind: type) -> bool:
+    """JSON's types, strictly: no bool for a number, no text for anything else."""
+    if kind is bool or kind is str:
+        return isinstance(value, kind)
+    if isinstance(value, bool):
+        return False
+    if kind is int:
+        return isinstance(value, int)
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _knob(default: Any, **knob: Any) -> Any:
+    return field(default=default, metadata={"knob": Knob(**knob)})
+
+
 @dataclass(frozen=True)
 class TimingPolicy:
     """How long and how often to measure.
 
     Rounds alternate baseline and candidate so that drift (thermal, noisy neighbours)
-    hits both sides alike; each round times `iters_per_round` back-to-back calls.
+    hits both sides alike; each round times `iters_per_round` back-to-back calls. Each
+    field is declared here once, with its bounds and its API description (`Knob`).
     """
 
-    warmup_iters: int = 10
-    rounds: int = 30
-    iters_per_round: int = 10
-    max_seconds: float = 30.0  # stop adding rounds past this much timing wall time
-    min_rounds: int = 5
+    warmup_iters: int = _knob(10, ge=0, le=10_000)
+    rounds: int = _knob(30, ge=1, le=100_000)
+    iters_per_round: int = _knob(10, ge=1, le=10_000)
+    # stop adding rounds past this much timing wall time
+    max_seconds: float = _knob(30.0, gt=0, le=3_600, description="timing seconds per process")
+    min_rounds: int = _knob(5, ge=1, le=1_000, stored=(1, 100_000))
     # On a GPU both sides are timed as CUDA-graph replays unless the caller says otherwise
     # or capture is impossible (the result then records the fallback and its reason).
     # Without graphs the launch-bound path swings 1-9% between processes on an H100; with
     # them 0.01-0.1% (benchmarks/README.md). Ignored on the CPU.
-    cuda_graphs: bool = True
+    cuda_graphs: bool = _knob(
+        True, description="GPU: time CUDA-graph replays (default true); a capture that fails "
+        "falls back to plain launches, recorded in the result")
     # Warm-up runs for at least `warmup_iters` calls of each side AND at least this long:
     # a process that starts after an idle spell (cold caches, clocks ramping up, lazy
     # allocator growth) is not yet in the state the timed rounds assume.
-    warmup_seconds: float = 1.0
-    bootstrap_resamples: int = 2000
-    seed: int = 0
+    warmup_seconds: float = _knob(1.0, ge=0, le=600)
+    bootstrap_resamples: int = _knob(2000, ge=100, le=100_000)
+    seed: int = _knob(0, ge=0)
     # Independent processes that each measure the whole policy (rounds, max_seconds), run one
     # after another by `run_isolated`; the CI then includes the between-process variance
     # (stats.combine_processes), which one process cannot see. 1 = a single process.
-    processes: int = 1
+    processes: int = _knob(1, ge=1, le=16, description="processes measured at least (default 3)")
     # Adaptive measurement (`adaptive.run_adaptive`): after `processes` processes, more
     # are added one at a time until the comparison with the reference is decided at the
     # threshold (stats.decide), `max_processes` ran, or the processes' timing seconds
     # reach `budget_seconds`. 0 = no more than `processes` / no budget.
-    max_processes: int = 0
-    budget_seconds: float = 0.0
+    max_processes: int = _knob(
+        0, ge=1, le=32, stored=(0, 32), description="adaptive: processes are added until the "
+        "comparison with the baseline is decided, up to this many")
+    budget_seconds: float = _knob(
+        0.0, ge=0, le=3_600, description="adaptive: stop adding processes once their timing "
+        "seconds reach this (0: no budget)")
     # Adaptive: a decided comparison stops only once the speedup's own CI half-width is at
     # most this fraction as well (0 = no such floor). Today's result is tomorrow's baseline,
     # and a baseline's width adds (in quadrature) to every comparison made against it, so
     # a cheap device (a GPU decides a 3% threshold after 3 processes) is asked for more.
-    target_half_width: float = 0.0
+    target_half_width: float = _knob(
+        0.0, ge=0, lt=0.5, description="adaptive: a decided comparison stops only once the "
+        "speedup's CI half-width is at most this fraction too (default 0.003 on a GPU, 0.015 "
+        "on the CPU; 0 = none)")
     # A profile of each side (benchmarks.profile) in a pass after the timing, by the first
     # process of a cell only: what a regression's profile diff reads. Never timed.
-    profile: bool = True
+    profile: bool = _knob(
+        True, description="profile each side in an untimed pass after the timing (default "
+        "true): what GET /api/v1/results/{id}/profile serves and a regression's profile diff "
+        "reads")
     # Where a process's compiled kernels come from (inductor's on-disk cache: FX graphs and
     # the autotuning choices). "process": each process compiles afresh, so the interval
     # covers what a new compile may choose (on an H100, ResNet50 fp16 bs32's frozen build
@@ -101,27 +175,53 @@ class TimingPolicy:
     # so a cell decides in fewer processes, blind to compile-to-compile changes (right for
     # one fixed CI host that never clears its cache). A compile takes about as long either
     # way (21 s against 24 s there): the time saved is the processes not needed.
-    compile_cache: str = "process"
+    compile_cache: str = _knob(
+        "process", choices=COMPILE_CACHES, description="\"process\" (default): each process "
+        "compiles afresh, so the interval covers what a new compile may choose; \"host\": "
+        "processes share the worker's compile cache (runtime variance only: tighter, so fewer "
+        "processes; blind to a compile landing elsewhere)")
     # How builds make the choices a compiler makes by timing (benchmarks.build.BUILDS):
     # "pinned" (default) makes them deterministically or once per host through a tuning
     # cache, so a rebuild runs the same code; "as-shipped" leaves them to the compiler as
     # its users' production builds get them, and the interval covers the spread between
     # builds. On an H100 (ResNet50 fp16 bs32, inductor, fresh compiles): as shipped, six
     # builds chose six sets of Triton configs and ran 3.1% apart; pinned, 0.09%.
-    builds: str = "pinned"
+    builds: str = _knob(
+        "pinned", choices=BUILDS, description="\"pinned\" (default): choices a compiler makes "
+        "by timing (inductor's autotuning, cuDNN and ONNX Runtime algorithm search, TensorRT "
+        "tactics) are made deterministically or once per host through a tuning cache, so a "
+        "rebuild runs the same code (evidence.build_fingerprint says so); \"as-shipped\": "
+        "each build times its own choices as a user's production build does, the interval "
+        "covers the spread between builds (evidence.build.spread), and the series key says "
+        "builds=as-shipped")
     # The CPU load guard (benchmarks.host): a CPU cell's unit during which other processes
     # kept more than this many cores busy (CPU seconds per second) is measured again, at
     # most `children.LOAD_REMEASURES` times a cell, and a load that stays is stored with
     # the result and named in its verdict, never passed off as a quiet measurement.
-    max_host_load: float = 0.5
+    max_host_load: float = _knob(
+        0.5, gt=0, le=4096, description="CPU cells: other processes' busy cores (CPU seconds "
+        "per second) past which a unit is measured again, at most twice a cell, and a load "
+        "that stays is recorded and named in the verdict (default 0.5)")
+
+    def refused(self) -> str | None:
+        """"timing.FIELD: why" for the first field a stored spec may not hold, or None."""
+        for name, kind, _default, knob in timing_fields():
+            value = getattr(self, name)
+            why = knob.refuses(value) if _of_kind(value, kind) else f"must be {_KINDS[kind]}"
+            if why is not None:
+                return f"timing.{name}: {value!r} {why}"
+        return None
+
+
+def timing_fields() -> list[tuple[str, type, Any, Knob]]:
+    """(name, Python type, default, Knob) of each TimingPolicy field, in declaration order."""
+    hints = typing.get_type_hints(TimingPolicy)
+    return [(f.name, hints[f.name], f.default, f.metadata["knob"])
+            for f in dataclasses.fields(TimingPolicy)]
 
 
 GPU_TARGET_HALF_WIDTH = 0.003
 CPU_TARGET_HALF_WIDTH = 0.015
-# Where a process finds its compiled kernels (TimingSpec.compile_cache); the one vocabulary
-# the API, the result schema and the project file validate against.
-CompileCache = Literal["process", "host"]
-COMPILE_CACHES: tuple[CompileCache, ...] = typing.get_args(CompileCache)
 
 
 def default_sides(device: str) -> str:
@@ -207,14 +307,6 @@ class BenchSpec:
             ("batch_size", self.batch_size, 1, 1024),
             ("image_size", self.image_size, 32, 1024),
             ("width", self.width, 4, 256),
-            ("timing.processes", self.timing.processes, 1, 16),
-            ("timing.max_processes", self.timing.max_processes, 0, 32),
-            # the API's own bounds (app.schemas.TimingIn): a stored document keeps to them too
-            ("timing.rounds", self.timing.rounds, 1, 100_000),
-            ("timing.min_rounds", self.timing.min_rounds, 1, 100_000),
-            ("timing.iters_per_round", self.timing.iters_per_round, 1, 10_000),
-            ("timing.warmup_iters", self.timing.warmup_iters, 0, 10_000),
-            ("timing.bootstrap_resamples", self.timing.bootstrap_resamples, 100, 100_000),
             ("num_classes", self.num_classes, 1, 100_000),
         ]:
             if not isinstance(value, int) or not lo <= value <= hi:
@@ -224,19 +316,9 @@ class BenchSpec:
         if self.child_side is not None and self.child_side not in CHILD_SIDES:
             raise SpecError(f"options.{SIDE_OPTION}: {self.child_side!r} is not one of "
                             f"{', '.join(CHILD_SIDES)}")
-        if self.timing.builds not in BUILDS:
-            raise SpecError(f"timing.builds: {self.timing.builds!r} is not one of "
-                            f"{', '.join(BUILDS)}")
-        if self.timing.compile_cache not in COMPILE_CACHES:
-            raise SpecError(f"timing.compile_cache: {self.timing.compile_cache!r} is not one "
-                            f"of {', '.join(COMPILE_CACHES)}")
-        load = self.timing.max_host_load
-        if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0 < load <= 4096:
-            raise SpecError(f"timing.max_host_load: {load!r} must be a number of cores in "
-                            "(0, 4096]")
-        target = self.timing.target_half_width
-        if not isinstance(target, (int, float)) or not 0 <= target < 0.5:
-            raise SpecError(f"timing.target_half_width: {target!r} must be a number in [0, 0.5)")
+        refused = self.timing.refused()
+        if refused is not None:
+            raise SpecError(refused)
         if self.weights == "refit" and self.backend not in ("tensorrt", "torch_tensorrt"):
             raise SpecError("weights: 'refit' exists only for the tensorrt backends")
         levels = OPT_LEVELS.get(self.backend, ("default",))

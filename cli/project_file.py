@@ -55,13 +55,19 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tomllib
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+)
 
-from benchmarks.build import Builds
-from benchmarks.spec import CompileCache
+from benchmarks.spec import Knob, timing_fields
 
 FILE_NAME = "speedwatch.toml"
 PYPROJECT = "pyproject.toml"
@@ -103,19 +109,26 @@ class MatrixTable(_Table):
     sides: Literal["paired", "split"] | None = None
 
 
-class TimingTable(_Table):
-    rounds: int | None = None
-    iters_per_round: int | None = None
-    warmup_iters: int | None = None
-    max_seconds: float | None = None
-    processes: int | None = None
-    max_processes: int | None = None
-    budget_seconds: float | None = None
-    target_half_width: float | None = None
-    cuda_graphs: bool | None = None
-    compile_cache: CompileCache | None = None
-    builds: Builds | None = None
-    max_host_load: float | None = Field(default=None, gt=0, le=4096)
+# The timing fields a project file may set; their types, bounds and vocabularies are the
+# fields' own (benchmarks.spec.TimingPolicy).
+FILE_TIMING_FIELDS = ("rounds", "iters_per_round", "warmup_iters", "max_seconds", "processes",
+                      "max_processes", "budget_seconds", "target_half_width", "cuda_graphs",
+                      "compile_cache", "builds", "max_host_load")
+
+
+def _file_field(kind: type, knob: Knob) -> tuple[Any, Any]:
+    value: Any = Literal[knob.choices] if knob.choices is not None else kind
+    return value | None, Field(default=None, ge=knob.ge, gt=knob.gt, le=knob.le, lt=knob.lt)
+
+
+if TYPE_CHECKING:
+    class TimingTable(_Table):
+        """[timing]: FILE_TIMING_FIELDS of benchmarks.spec.TimingPolicy, each optional."""
+else:
+    TimingTable = create_model(
+        "TimingTable", __base__=_Table, __module__=__name__,
+        **{name: _file_field(kind, knob) for name, kind, _default, knob in timing_fields()
+           if name in FILE_TIMING_FIELDS})
 
 
 class ThresholdsTable(_Table):

@@ -3,9 +3,9 @@ that names it."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, create_model, model_validator
 
 from app.schemas.common import (
     ID_MAX,
@@ -19,11 +19,8 @@ from app.schemas.common import (
     StrictModel,
     WeightsName,
 )
-from benchmarks.build import Builds
 from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
-from benchmarks.spec import (
-    CompileCache,
-)
+from benchmarks.spec import Knob, timing_fields
 
 
 class EnvironmentIn(StrictModel):
@@ -44,55 +41,23 @@ class EnvironmentIn(StrictModel):
         return self
 
 
-class TimingIn(StrictModel):
-    """Overrides of the default timing (benchmarks.spec.default_timing: adaptive over
-    processes; CUDA graphs on a GPU); omitted fields keep the defaults."""
+def _request_field(kind: type, knob: Knob) -> tuple[Any, Any]:
+    """An override of one timing field: absent keeps the default; its bounds and its
+    description are the field's own (benchmarks.spec.TimingPolicy)."""
+    value: Any = Literal[knob.choices] if knob.choices is not None else kind
+    return value | None, Field(default=None, ge=knob.ge, gt=knob.gt, le=knob.le, lt=knob.lt,
+                               description=knob.description)
 
-    warmup_iters: int | None = Field(default=None, ge=0, le=10_000)
-    warmup_seconds: float | None = Field(default=None, ge=0, le=600)
-    rounds: int | None = Field(default=None, ge=1, le=100_000)
-    iters_per_round: int | None = Field(default=None, ge=1, le=10_000)
-    max_seconds: float | None = Field(
-        default=None, gt=0, le=3_600, description="timing seconds per process")
-    min_rounds: int | None = Field(default=None, ge=1, le=1_000)
-    cuda_graphs: bool | None = Field(
-        default=None, description="GPU: time CUDA-graph replays (default true); a capture "
-        "that fails falls back to plain launches, recorded in the result")
-    processes: int | None = Field(
-        default=None, ge=1, le=16, description="processes measured at least (default 3)")
-    max_processes: int | None = Field(
-        default=None, ge=1, le=32, description="adaptive: processes are added until the "
-        "comparison with the baseline is decided, up to this many")
-    budget_seconds: float | None = Field(
-        default=None, ge=0, le=3_600, description="adaptive: stop adding processes once "
-        "their timing seconds reach this (0: no budget)")
-    target_half_width: float | None = Field(
-        default=None, ge=0, lt=0.5, description="adaptive: a decided comparison stops only "
-        "once the speedup's CI half-width is at most this fraction too (default 0.003 on a "
-        "GPU, 0.015 on the CPU; 0 = none)")
-    compile_cache: CompileCache | None = Field(
-        default=None, description="\"process\" (default): each process compiles afresh, so the "
-        "interval covers what a new compile may choose; \"host\": processes share the "
-        "worker's compile cache (runtime variance only: tighter, so fewer processes; blind to a "
-        "compile landing elsewhere)")
-    builds: Builds | None = Field(
-        default=None, description="\"pinned\" (default): choices a compiler makes by timing "
-        "(inductor's autotuning, cuDNN and ONNX Runtime algorithm search, TensorRT tactics) "
-        "are made deterministically or once per host through a tuning cache, so a rebuild "
-        "runs the same code (evidence.build_fingerprint says so); \"as-shipped\": each build "
-        "times its own choices as a user's production build does, the interval covers the "
-        "spread between builds (evidence.build.spread), and the series key says "
-        "builds=as-shipped")
-    max_host_load: float | None = Field(
-        default=None, gt=0, le=4096, description="CPU cells: other processes' busy cores "
-        "(CPU seconds per second) past which a unit is measured again, at most twice a "
-        "cell, and a load that stays is recorded and named in the verdict (default 0.5)")
-    bootstrap_resamples: int | None = Field(default=None, ge=100, le=100_000)
-    seed: int | None = Field(default=None, ge=0)
-    profile: bool | None = Field(
-        default=None, description="profile each side in an untimed pass after the timing "
-        "(default true): what GET /api/v1/results/{id}/profile serves and a regression's "
-        "profile diff reads")
+
+if TYPE_CHECKING:
+    class TimingIn(StrictModel):
+        """Overrides of the default timing (made from benchmarks.spec.TimingPolicy)."""
+else:
+    TimingIn = create_model(
+        "TimingIn", __base__=StrictModel, __module__=__name__,
+        __doc__="Overrides of the default timing (benchmarks.spec.default_timing: adaptive over"
+                "\nprocesses; CUDA graphs on a GPU); omitted fields keep the defaults.",
+        **{name: _request_field(kind, knob) for name, kind, _default, knob in timing_fields()})
 
 
 class MatrixIn(StrictModel):

@@ -51,14 +51,14 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
         ) from None
     spec_device = "cpu" if matrix.device == "cpu" else "cuda"
     timing = replace(default_timing(spec_device), max_host_load=settings.max_host_load)
-    if matrix.timing is not None:
-        timing = replace(timing, **matrix.timing.model_dump(exclude_none=True))
+    asked = matrix.timing.model_dump(exclude_none=True) if matrix.timing is not None else {}
+    timing = replace(timing, **asked)
     if timing.min_rounds > timing.rounds:
-        if matrix.timing is not None and matrix.timing.min_rounds is not None:
+        if "min_rounds" in asked:
             raise InvalidRequest("matrix.timing.min_rounds", "must not exceed rounds")
         timing = replace(timing, min_rounds=timing.rounds)
     if timing.max_processes and timing.max_processes < timing.processes:
-        if matrix.timing is not None and matrix.timing.max_processes is not None:
+        if "max_processes" in asked:
             raise InvalidRequest("matrix.timing.max_processes", "must not be below processes")
         timing = replace(timing, max_processes=timing.processes)
     base = BenchSpec(device=spec_device, timing=timing)
