@@ -64,10 +64,9 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    create_model,
 )
 
-from benchmarks.spec import Knob, timing_fields
+from benchmarks.result_schema import optional_timing_field, timing_model
 
 FILE_NAME = "speedwatch.toml"
 PYPROJECT = "pyproject.toml"
@@ -116,19 +115,14 @@ FILE_TIMING_FIELDS = ("rounds", "iters_per_round", "warmup_iters", "max_seconds"
                       "compile_cache", "builds", "max_host_load")
 
 
-def _file_field(kind: type, knob: Knob) -> tuple[Any, Any]:
-    value: Any = Literal[knob.choices] if knob.choices is not None else kind
-    return value | None, Field(default=None, ge=knob.ge, gt=knob.gt, le=knob.le, lt=knob.lt)
-
-
 if TYPE_CHECKING:
     class TimingTable(_Table):
         """[timing]: FILE_TIMING_FIELDS of benchmarks.spec.TimingPolicy, each optional."""
 else:
-    TimingTable = create_model(
-        "TimingTable", __base__=_Table, __module__=__name__,
-        **{name: _file_field(kind, knob) for name, kind, _default, knob in timing_fields()
-           if name in FILE_TIMING_FIELDS})
+    TimingTable = timing_model(
+        "TimingTable", _Table,
+        lambda kind, _default, knob: optional_timing_field(kind, knob, described=False),
+        module=__name__, names=FILE_TIMING_FIELDS)
 
 
 class ThresholdsTable(_Table):

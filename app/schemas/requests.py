@@ -3,9 +3,9 @@ that names it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import ConfigDict, Field, create_model, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from app.schemas.common import (
     ID_MAX,
@@ -19,8 +19,12 @@ from app.schemas.common import (
     StrictModel,
     WeightsName,
 )
-from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
-from benchmarks.spec import Knob, timing_fields
+from benchmarks.result_schema import (
+    DOCUMENT_EXAMPLE,
+    BenchResultDocument,
+    optional_timing_field,
+    timing_model,
+)
 
 
 class EnvironmentIn(StrictModel):
@@ -41,23 +45,15 @@ class EnvironmentIn(StrictModel):
         return self
 
 
-def _request_field(kind: type, knob: Knob) -> tuple[Any, Any]:
-    """An override of one timing field: absent keeps the default; its bounds and its
-    description are the field's own (benchmarks.spec.TimingPolicy)."""
-    value: Any = Literal[knob.choices] if knob.choices is not None else kind
-    return value | None, Field(default=None, ge=knob.ge, gt=knob.gt, le=knob.le, lt=knob.lt,
-                               description=knob.description)
-
-
 if TYPE_CHECKING:
     class TimingIn(StrictModel):
         """Overrides of the default timing (made from benchmarks.spec.TimingPolicy)."""
 else:
-    TimingIn = create_model(
-        "TimingIn", __base__=StrictModel, __module__=__name__,
-        __doc__="Overrides of the default timing (benchmarks.spec.default_timing: adaptive over"
-                "\nprocesses; CUDA graphs on a GPU); omitted fields keep the defaults.",
-        **{name: _request_field(kind, knob) for name, kind, _default, knob in timing_fields()})
+    TimingIn = timing_model(
+        "TimingIn", StrictModel, lambda kind, _default, knob: optional_timing_field(kind, knob),
+        module=__name__,
+        doc="Overrides of the default timing (benchmarks.spec.default_timing: adaptive over"
+            "\nprocesses; CUDA graphs on a GPU); omitted fields keep the defaults.")
 
 
 class MatrixIn(StrictModel):
