@@ -5,7 +5,7 @@ At the end every triggered cell has exactly one result, every run finished done,
 request got a 5xx or lost its connection. Everything is real and on loopback: the API
 (`speedwatch serve`, private reads), a Celery worker and beat, Redis, PostgreSQL.
 
-`SPEEDWATCH_SOAK_SECONDS` sets the loaded period (default 40 s in CI; the whole test stays under
+`SPEEDWATCH_SOAK_SECONDS` sets the loaded period (default 30 s in CI; the whole test stays under
 10 minutes up to about 300 s). The counts are printed for the README and the notes.
 """
 
@@ -32,7 +32,7 @@ from tests.workers.helpers import tiny_request
 
 pytestmark = pytest.mark.slow
 
-SOAK_S = float(os.environ.get("SPEEDWATCH_SOAK_SECONDS", "40"))
+SOAK_S = float(os.environ.get("SPEEDWATCH_SOAK_SECONDS", "30"))
 TRIGGER_EVERY_S = 4.0  # a tiny cell takes 2-4 s on the shared cores: the worker keeps up
 INGEST_EVERY_S = 0.5
 PAGES = ["/", "/runs", "/workers", "/regressions", "/api/v1/runs?limit=20",
