@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-CELLS = [("constant", 32), ("tensor", 1)]
-
 
 def _median_ms(fn: Any, x: Any, n: int) -> float:
     import torch
@@ -128,6 +126,8 @@ def main() -> int:
     parser.add_argument("--phase", default="")
     parser.add_argument("--weights", default="constant")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--cells", default="constant:32,tensor:1")
+    parser.add_argument("--phases", default="start,build,load,load")
     args = parser.parse_args()
     if args.phase:
         row = phase(args.phase, args.weights, args.batch,
@@ -136,8 +136,9 @@ def main() -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for weights, batch in CELLS:
-        for kind in ("start", "build", "load", "load"):
+    cells = [(w, int(b)) for w, b in (c.split(":") for c in args.cells.split(","))]
+    for weights, batch in cells:
+        for kind in args.phases.split(","):
             with tempfile.TemporaryDirectory() as tmp:
                 env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
                            TRITON_CACHE_DIR=f"{tmp}/triton")
