@@ -28,6 +28,14 @@ from pathlib import Path
 from typing import Any
 
 
+class _Echo(dict[str, Any]):
+    """A row that writes each entry to stderr as it is set: a crash keeps what came before."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        print(json.dumps({key: value}), file=sys.stderr, flush=True)
+        super().__setitem__(key, value)
+
+
 def _median_ms(fn: Any, x: Any, n: int) -> float:
     import torch
 
@@ -80,10 +88,10 @@ def phase(kind: str, weights: str, batch: int, package: Path) -> dict[str, Any]:
     model = build_model(spec).to(device="cuda", dtype=dtype).eval()
     x = example_input(spec).to(device="cuda", dtype=dtype)
     t_model = time.perf_counter() - t0
-    row: dict[str, Any] = {"phase": kind, "weights": weights, "batch": batch,
+    row: dict[str, Any] = _Echo({"phase": kind, "weights": weights, "batch": batch,
                            "import_torch_s": round(t_torch, 2),
                            "import_harness_s": round(t_harness, 2),
-                           "cuda_init_s": round(t_cuda, 2), "model_s": round(t_model, 2)}
+                           "cuda_init_s": round(t_cuda, 2), "model_s": round(t_model, 2)})
     if kind == "start":
         return row
     if kind == "build":
