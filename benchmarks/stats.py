@@ -498,6 +498,32 @@ def classify_ratio(ratio: float, low: float, high: float, threshold: float) -> s
     return "undecided"
 
 
+def pool_ratios(intervals: Sequence[tuple[float, float, float]], confidence: float = 0.95
+                ) -> tuple[float, float, float]:
+    """(ratio, low, high) of several measurements of ONE ratio, each (ratio, low, high) at
+    `confidence`: the inverse-variance mean on the log scale (a fixed-effect meta-analysis),
+    each standard error read back from its half-width with the normal quantile. A half-width
+    built on a t quantile gives back a larger error than it had, so the pooled interval errs
+    wide. Why pool: a suspect comparison and its re-measure both measured the same drop; the
+    second alone overruling the first (a pass after a suspect) threw the first away."""
+    if not intervals:
+        raise StatsError("nothing to pool")
+    z = float(_scipy_stats.norm.ppf(1 - (1 - confidence) / 2))
+    weights, means = [], []
+    for ratio, low, high in intervals:
+        if not 0 < low <= ratio <= high:
+            raise StatsError(f"not an interval around its ratio: {ratio} [{low}, {high}]")
+        se = (math.log(high) - math.log(low)) / 2 / z
+        if se <= 0:
+            raise StatsError("an interval of no width cannot be weighed")
+        weights.append(1 / se ** 2)
+        means.append(math.log(ratio))
+    total = sum(weights)
+    mean = sum(w * m for w, m in zip(weights, means, strict=True)) / total
+    half = z / math.sqrt(total)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
 @dataclass(frozen=True)
 class Decision:
     """The comparison of a speedup with its reference, and whether it is settled.

@@ -54,12 +54,13 @@ from app.config import Settings
 from app.detection.evidence import device_label
 from app.detection.policy import DetectionPolicy
 from app.detection.verdict import judge_results
-from app.detection.verdict_types import VerdictError
+from app.detection.verdict_types import RatioEstimate, VerdictError, signed_percent
 from app.models import RUN_TERMINAL, Cell, Result, Run
 from app.services import after_commit
 from app.services.common import canonical_hash, spec_hash
 from app.services.documents import result_document
 from app.services.policy import project_policy
+from benchmarks import stats
 from benchmarks.spec import BenchSpec
 
 log = logging.getLogger(__name__)
@@ -246,6 +247,8 @@ class ConfirmationOutcome:
     # failed and nothing was learnt.
     verdict: str | None
     sentence: str
+    # the re-measure's ratio and interval (one pair; None when several GPUs are counted)
+    estimate: RatioEstimate | None = None
 
     @property
     def confirmed(self) -> bool | None:
@@ -300,7 +303,7 @@ def _pair_outcome(session: Session, cand_cell: Cell, base_cell: Cell, threshold:
         )
     except VerdictError as exc:
         return ConfirmationOutcome(None, f"the re-measure cannot be judged: {exc}"), where
-    return ConfirmationOutcome(verdict.verdict, verdict.reasons[0]), where
+    return ConfirmationOutcome(verdict.verdict, verdict.reasons[0], verdict.ratio), where
 
 
 def gpu_label(where: dict[str, Any]) -> str:
@@ -350,3 +353,27 @@ def forget_pending(session: Session) -> None:
 def send(cells: list[tuple[int, str]], settings: Settings) -> None:
     """Hand committed confirm cells to the executor; never raises (see enqueue_cells)."""
     after_commit.enqueue_cells(cells, settings, "confirmation")
+
+
+def pooled_outcome(first: RatioEstimate | None, outcome: ConfirmationOutcome,
+                   threshold: float) -> ConfirmationOutcome:
+    """The re-measure and the measurement it re-measures, judged together: both measured the
+    same drop, so neither alone decides (a suspect -3.4% [-7.7, +1.1] overruled by a
+    re-measure's +6.0% [-1.3, +13.8] passed a real 4.5% slowdown). Their intervals pool by
+    inverse variance (`stats.pool_ratios`) and the pooled interval takes the one decision
+    rule. Without both estimates (several GPUs counted, a failed re-measure) the re-measure's
+    own outcome stands."""
+    again = outcome.estimate
+    if first is None or again is None or outcome.verdict is None:
+        return outcome
+    try:
+        ratio, low, high = stats.pool_ratios(
+            [(first.ratio, first.ci_low, first.ci_high), (again.ratio, again.ci_low,
+                                                          again.ci_high)])
+    except stats.StatsError:
+        return outcome
+    kind = stats.classify_ratio(ratio, low, high, threshold)
+    verdict = "inconclusive" if kind == "undecided" else kind
+    return ConfirmationOutcome(verdict, (
+        f"{outcome.sentence}; with the first measurement, pooled: {signed_percent(ratio - 1)} "
+        f"[{signed_percent(low - 1)}, {signed_percent(high - 1)}]"), None)

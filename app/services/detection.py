@@ -312,8 +312,10 @@ def judge_run(
                 and _would_open(session, run, row, judged.chosen):
             suspect_only = verdict.verdict == "inconclusive"
             if known is not None:  # the second pass: the re-measure has ended
-                outcome = confirmation.confirmation_outcome(
-                    session, cell, policy.threshold_for(cell.series_key))
+                threshold = policy.threshold_for(cell.series_key)
+                outcome = confirmation.pooled_outcome(
+                    verdict.ratio, confirmation.confirmation_outcome(session, cell, threshold),
+                    threshold)
                 if outcome.verdict in ("pass", "improvement"):
                     what = "suspected drop" if suspect_only else "regression"
                     verdict = _with_reason(verdict, f"{what} not confirmed: re-measure shows "
