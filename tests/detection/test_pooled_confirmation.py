@@ -44,6 +44,7 @@ def test_pooling_weighs_by_inverse_variance() -> None:
     ratio, low, high = pool_ratios([(0.96, 0.96 / 1.02, 0.96 * 1.02),
                                     (1.00, 1.00 / 1.02, 1.00 * 1.02)])
     assert ratio == pytest.approx(math.sqrt(0.96))
+    assert math.log(ratio / low) == pytest.approx(math.log(high / ratio))
     assert math.log(high / ratio) == pytest.approx(math.log(1.02) / math.sqrt(2))
     with pytest.raises(StatsError):
         pool_ratios([(1.0, 1.0, 1.0)])
