@@ -6,8 +6,10 @@ A spec is plain data (JSON round-trippable) so it can cross process and queue bo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import operator
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -78,16 +80,15 @@ class Knob:
 
     def refuses(self, value: float | str) -> str | None:
         """Why a stored spec may not hold `value` (of the field's type), or None."""
-        if self.choices is not None or isinstance(value, str):
-            return None if value in (self.choices or ()) else \
-                f"is not one of {', '.join(self.choices or ())}"
+        if isinstance(value, str):
+            choices = self.choices or ()
+            return None if value in choices else f"is not one of {', '.join(choices)}"
         if self.stored is not None:
             lo, hi = self.stored
             return None if lo <= value <= hi else f"must be in [{lo:g}, {hi:g}]"
-        checks = ((self.ge, value >= (self.ge or 0), ">="), (self.gt, value > (self.gt or 0), ">"),
-                  (self.le, value <= (self.le or 0), "<="), (self.lt, value < (self.lt or 0), "<"))
-        for bound, ok, word in checks:
-            if bound is not None and not ok:
+        for bound, holds, word in ((self.ge, operator.ge, ">="), (self.gt, operator.gt, ">"),
+                                   (self.le, operator.le, "<="), (self.lt, operator.lt, "<")):
+            if bound is not None and not holds(value, bound):
                 return f"must be {word} {bound:g}"
         return None
 
@@ -213,11 +214,13 @@ class TimingPolicy:
         return None
 
 
-def timing_fields() -> list[tuple[str, type, Any, Knob]]:
-    """(name, Python type, default, Knob) of each TimingPolicy field, in declaration order."""
+@functools.cache
+def timing_fields() -> tuple[tuple[str, type, Any, Knob], ...]:
+    """(name, Python type, default, Knob) of each TimingPolicy field, in declaration order;
+    read once (every `BenchSpec.validate` walks them)."""
     hints = typing.get_type_hints(TimingPolicy)
-    return [(f.name, hints[f.name], f.default, f.metadata["knob"])
-            for f in dataclasses.fields(TimingPolicy)]
+    return tuple((f.name, hints[f.name], f.default, f.metadata["knob"])
+                 for f in dataclasses.fields(TimingPolicy))
 
 
 GPU_TARGET_HALF_WIDTH = 0.003

@@ -58,13 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tomllib
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-)
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from benchmarks.result_schema import optional_timing_field, timing_model
 
