@@ -337,11 +337,53 @@ def compare_units(candidate: Sequence[Speedup], baseline: Sequence[Speedup],
                            variance)
 
 
+def _log_median_draws(rounds: Rounds, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
+    """The log of a side's pooled median over each resample of its rounds (a row of idx)."""
+    return np.log(_resampled_medians(_as_matrix(rounds, "rounds"), idx))
+
+
+def _round_indices(rounds: Rounds, resamples: int, seed: int) -> npt.NDArray[np.intp]:
+    return np.random.default_rng(seed).integers(0, len(rounds), size=(resamples, len(rounds)))
+
+
 def _log_median_variance(rounds: Rounds, resamples: int, seed: int) -> float:
     """The round-bootstrap variance of the log of a side's pooled median."""
-    data = _as_matrix(rounds, "rounds")
-    idx = np.random.default_rng(seed).integers(0, len(rounds), size=(resamples, len(rounds)))
-    return float(np.var(np.log(_resampled_medians(data, idx)), ddof=1))
+    return float(np.var(_log_median_draws(rounds, _round_indices(rounds, resamples, seed)),
+                        ddof=1))
+
+
+@dataclass(frozen=True)
+class _PairRoundNoise:
+    """Round-bootstrap (co)variances of one pair's paired log differences: the candidate
+    sides' (y) and eager's (x). Within one process round i of eager and of the candidate ran
+    back to back, so they are drawn with the same round indices: a burst that slowed both
+    sides of a round shows here as covariance, and the adjusted quantity y - beta * x loses
+    it, as the fit does."""
+
+    var_y: float
+    var_x: float
+    cov: float
+
+    def adjusted(self, beta: float) -> float:
+        return max(0.0, self.var_y + beta * beta * self.var_x - 2 * beta * self.cov)
+
+
+def _pair_round_noise(cand_c: Rounds, eager_c: Rounds, cand_b: Rounds, eager_b: Rounds, *,
+                      resamples: int, seed_c: int, seed_b: int) -> _PairRoundNoise:
+    """The pair's y = log(base cand / cand cand) and x = log(base eager / cand eager) drawn
+    jointly; a process whose eager ran another number of rounds than its candidate is drawn
+    apart (no covariance claimed)."""
+    ys, xs = [], []
+    sides = ((cand_c, eager_c, seed_c, -1.0), (cand_b, eager_b, seed_b, 1.0))
+    for cand, eager, seed, sign in sides:
+        idx = _round_indices(cand, resamples, seed)
+        eager_idx = (idx if len(eager) == len(cand)
+                     else _round_indices(eager, resamples, seed + 7919))
+        ys.append(sign * _log_median_draws(cand, idx))
+        xs.append(sign * _log_median_draws(eager, eager_idx))
+    y, x = ys[0] + ys[1], xs[0] + xs[1]
+    cov = np.cov(y, x, ddof=1)
+    return _PairRoundNoise(float(cov[0, 0]), float(cov[1, 1]), float(cov[0, 1]))
 
 
 # Units an in-session comparison needs before eager's paired differences adjust it
@@ -379,22 +421,25 @@ def compare_levels(candidate_env: Sequence[Rounds], baseline_env: Sequence[Round
     cand = [float(np.median(_pooled(r))) for r in candidate_env[:n]]
     base = [float(np.median(_pooled(r))) for r in baseline_env[:n]]
     diffs = [math.log(b / c) for b, c in zip(base, cand, strict=True)]
-    within = float(np.mean([
-        _log_median_variance(c, resamples, seed + j) + _log_median_variance(b, resamples,
-                                                                            seed + n + j)
-        for j, (c, b) in enumerate(zip(candidate_env[:n], baseline_env[:n], strict=True))]))
     if candidate_env_eager is not None and baseline_env_eager is not None \
             and min(len(candidate_env_eager), len(baseline_env_eager)) >= n \
             and n >= CONTROL_VARIATE_MIN_UNITS:
         eager = [math.log(float(np.median(_pooled(b))) / float(np.median(_pooled(c))))
                  for b, c in zip(baseline_env_eager[:n], candidate_env_eager[:n],
                                  strict=True)]
-        adjusted = _control_variate(diffs, eager, within, confidence)
+        noise = [_pair_round_noise(candidate_env[j], candidate_env_eager[j], baseline_env[j],
+                                   baseline_env_eager[j], resamples=resamples,
+                                   seed_c=seed + j, seed_b=seed + n + j) for j in range(n)]
+        adjusted = _control_variate(diffs, eager, noise, confidence)
         if adjusted is not None:
             estimate, half, variance = adjusted
             ratio = math.exp(estimate)
             return UnitsComparison(ratio, ratio * math.exp(-half), ratio * math.exp(half),
                                    half, n, variance, control_variate=True)
+    within = float(np.mean([
+        _log_median_variance(c, resamples, seed + j) + _log_median_variance(b, resamples,
+                                                                            seed + n + j)
+        for j, (c, b) in enumerate(zip(candidate_env[:n], baseline_env[:n], strict=True))]))
     ratio = float(np.median(_pooled([r for u in baseline_env for r in u]))
                   / np.median(_pooled([r for u in candidate_env for r in u])))
     half = units_half_width(diffs, within, confidence)
@@ -403,11 +448,17 @@ def compare_levels(candidate_env: Sequence[Rounds], baseline_env: Sequence[Round
                            variance)
 
 
-def _control_variate(diffs: Sequence[float], eager: Sequence[float], within: float,
+def _control_variate(diffs: Sequence[float], eager: Sequence[float],
+                     noise: Sequence[_PairRoundNoise],
                      confidence: float) -> tuple[float, float, float] | None:
     """(estimate, log half-width, one pair's residual variance) of the intercept of diffs
     on eager at eager = 0; None when eager does not vary. The residual variance is floored
-    by the rounds' own (`within`), as in `units_half_width`."""
+    by the rounds' own noise of the adjusted quantity, y - beta * x (as `units_half_width`
+    floors by the rounds'): pairs that fit the line by luck cannot claim more precision than
+    their rounds allow. The floor is of the adjusted quantity, not of the candidate alone:
+    where a burst slowed eager and the candidate in the same round, the adjustment removes it
+    from the rounds as from the pairs, and a floor from the candidate's rounds alone set the
+    width of three A/A comparisons beside two co-tenants (+-6-7% where the fit gave +-1.5-6.3%)."""
     y, x = np.asarray(diffs, dtype=np.float64), np.asarray(eager, dtype=np.float64)
     n = len(y)
     sxx = float(((x - x.mean()) ** 2).sum())
@@ -416,7 +467,8 @@ def _control_variate(diffs: Sequence[float], eager: Sequence[float], within: flo
     slope = float(((x - x.mean()) * (y - y.mean())).sum() / sxx)
     intercept = float(y.mean() - slope * x.mean())
     residual = float(((y - intercept - slope * x) ** 2).sum() / (n - 2))
-    variance = max(residual, within)
+    floor = float(np.mean([pair.adjusted(slope) for pair in noise]))
+    variance = max(residual, floor)
     se = math.sqrt(variance * (1 / n + float(x.mean()) ** 2 / sxx))
     t = float(_scipy_stats.t.ppf(1 - (1 - confidence) / 2, n - 2))
     return intercept, t * se, variance
