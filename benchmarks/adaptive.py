@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from benchmarks import host, identity, prepared, stats
+from benchmarks import host, identity, paired_units, prepared, stats
 from benchmarks.children import (
     LOAD_REMEASURES,
     LOAD_WAIT_S,
@@ -107,8 +107,8 @@ class AdaptiveMeasurement:
       COMPARISON_BUDGET_FACTOR times the budget is spent: the drift of the host between runs
       minutes or days apart, and the stored baseline's own width, leave the comparison
       ("interleaved"). Where every unit's eager side ran the same software (its side
-      identity), the ratio is of the candidate sides' own times (`stats.compare_levels`),
-      else of the speedups (`stats.compare_units`). On a GPU a build reproduces to 0.1%
+      identity), the ratio is of the candidate sides' own times (`paired_units.compare_levels`),
+      else of the speedups (`paired_units.compare_units`). On a GPU a build reproduces to 0.1%
       across processes and hosts, so the stored baseline serves;
     - otherwise the cell is decided against the stored reference, as before.
 
@@ -142,7 +142,7 @@ class AdaptiveMeasurement:
         self._mode = "adaptive"  # "same_software", "interleaved"
         self._base_python: str | None = None
         self._base_results: list[BenchResult] = []
-        self._comparison: stats.UnitsComparison | None = None
+        self._comparison: paired_units.UnitsComparison | None = None
         self._comparison_base: BenchResult | None = None
         self._shared_side: str | None = None
         self._comparison_error: str | None = None
@@ -299,14 +299,14 @@ class AdaptiveMeasurement:
             if self._shared_side is not None:
                 # eager ran the very same software in both environments: compare the
                 # candidate sides' own times, leaving eager's process spread out
-                self._comparison = stats.compare_levels(
+                self._comparison = paired_units.compare_levels(
                     [r.candidate_samples_ms for r in self._results],
                     [r.candidate_samples_ms for r in self._base_results],
                     candidate_env_eager=[r.baseline_samples_ms for r in self._results],
                     baseline_env_eager=[r.baseline_samples_ms for r in self._base_results],
                     resamples=policy.bootstrap_resamples, seed=policy.seed)
             else:
-                self._comparison = stats.compare_units(
+                self._comparison = paired_units.compare_units(
                     [r.speedup for r in self._results if r.speedup is not None],
                     [r.speedup for r in self._base_results if r.speedup is not None],
                     cand.speedup.value / base.speedup.value)
@@ -484,7 +484,7 @@ class AdaptiveMeasurement:
                 # "candidate_side": eager was the same software in both (its side identity),
                 # so the ratio is of the candidate sides' times; "speedups" otherwise
                 "basis": "candidate_side" if self._shared_side else "speedups",
-                # the candidate sides' pairs adjusted by eager's (stats.compare_levels)
+                # the candidate sides' pairs adjusted by eager's (paired_units.compare_levels)
                 "control_variate": self._comparison.control_variate,
                 **({"shared_baseline_side": self._shared_side} if self._shared_side else {}),
                 "pairs": self._comparison.pairs,

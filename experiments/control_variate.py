@@ -1,6 +1,6 @@
 """Would eager's time, used as a control variate, narrow an in-session CPU comparison?
 
-An in-session comparison (benchmarks.adaptive, `stats.compare_levels`) measures the two
+An in-session comparison (benchmarks.adaptive, `paired_units.compare_levels`) measures the two
 environments in units taken in turns and, when eager ran the very same software in both,
 compares the candidate sides' own times, pair by pair. A host whose speed moves between
 units (a co-tenant, another VM on the physical host) moves eager and the candidate alike, and

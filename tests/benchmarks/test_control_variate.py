@@ -1,4 +1,4 @@
-"""An in-session comparison adjusted by eager (benchmarks.stats.compare_levels): a host whose
+"""An in-session comparison adjusted by eager (benchmarks.paired_units.compare_levels): a host whose
 speed moves between units moves eager and the candidate alike, and eager ran the same
 program in both environments, so its paired differences take the host's movement out."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.stats import CONTROL_VARIATE_MIN_UNITS, compare_levels
+from benchmarks.paired_units import CONTROL_VARIATE_MIN_UNITS, compare_levels
 
 
 def units(n: int, *, slower: float, host_sd: float, noise_sd: float, seed: int = 1,
