@@ -224,28 +224,36 @@ def run_interleaved(
         if budget > 0 and max(timing_seconds(r) for r in done) >= budget:
             stopped_by = "budget"
             break
-    merged: list[BenchResult] = []
-    for results in done:
-        try:
-            merged.append(merge_processes(spec, results, started_monotonic=started))
-        except (stats.StatsError, ResultError) as exc:
-            merged.append(failed_result(spec, f"merging {len(results)} processes: {exc}", "",
-                                  started))
+    merged = [_merged_or_failed(spec, results, started) for results in done]
     if adaptive and all(m.status == "ok" for m in merged):
         assert threshold is not None
         decision = _pair_decision(spec, done, threshold, started, merged)
         for m, results in zip(merged, done, strict=True):
-            m.evidence["adaptive"] = {
-                "outcome": decision.outcome if decision else None,
-                "stopped_by": "decided" if decision and decision.decided else stopped_by,
-                "processes": len(results),
-                "timing_seconds": timing_seconds(results),
-                "threshold": threshold,
-                "ratio": decision.ratio if decision else None,
-                "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
-                "interleaved_pair": True,
-            }
+            m.evidence["adaptive"] = _pair_record(decision, stopped_by, results, threshold)
     return merged
+
+
+def _merged_or_failed(spec: BenchSpec, results: list[BenchResult],
+                      started: float) -> BenchResult:
+    try:
+        return merge_processes(spec, results, started_monotonic=started)
+    except (stats.StatsError, ResultError) as exc:
+        return failed_result(spec, f"merging {len(results)} processes: {exc}", "", started)
+
+
+def _pair_record(decision: stats.Decision | None, stopped_by: str,
+                 results: list[BenchResult], threshold: float) -> dict[str, Any]:
+    """`evidence.adaptive` of each side of an adaptively interleaved pair."""
+    return {
+        "outcome": decision.outcome if decision else None,
+        "stopped_by": "decided" if decision and decision.decided else stopped_by,
+        "processes": len(results),
+        "timing_seconds": timing_seconds(results),
+        "threshold": threshold,
+        "ratio": decision.ratio if decision else None,
+        "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
+        "interleaved_pair": True,
+    }
 
 
 def _pair_decision(spec: BenchSpec, done: list[list[BenchResult]], threshold: float,

@@ -35,37 +35,7 @@ def merge_processes(
     )
     base = [rd for r in results for rd in r.baseline_samples_ms]
     cand = [rd for r in results for rd in r.candidate_samples_ms]
-    per_process: list[dict[str, Any]] = []
-    for r in results:
-        timing = r.evidence.get("timing", {}) if isinstance(r.evidence, dict) else {}
-        per_process.append({
-            "speedup": r.speedup.value if r.speedup else None,
-            "ci_low": r.speedup.ci_low if r.speedup else None,
-            "ci_high": r.speedup.ci_high if r.speedup else None,
-            "rounds": len(r.baseline_samples_ms),
-            "timing_seconds": timing.get("timing_seconds"),
-            "compile_seconds": r.compile_seconds,
-            "baseline_median_ms": r.baseline.median_ms if r.baseline else None,
-            "candidate_median_ms": r.candidate.median_ms if r.candidate else None,
-            "started_at": r.started_at,
-            "finished_at": r.finished_at,
-            **({"host_other_cores": r.fingerprint["host_load"].get("other_cores")}
-               if isinstance(r.fingerprint.get("host_load"), dict) else {}),
-            **({"build_fingerprint": r.evidence["build_fingerprint"]}
-               if isinstance(r.evidence, dict) and r.evidence.get("build_fingerprint") else {}),
-            **({"sides": r.evidence["sides"]} if isinstance(r.evidence, dict)
-               and "sides" in r.evidence else {}),
-            **({"build": r.evidence["build"]} if isinstance(r.evidence, dict)
-               and isinstance(r.evidence.get("build"), dict) else {}),
-            **({"phases": r.evidence["phases"]} if isinstance(r.evidence, dict)
-               and isinstance(r.evidence.get("phases"), dict) else {}),
-            # when it timed, on the host's monotonic clock: children prepared ahead time
-            # one at a time, and this shows it
-            **({"timing_window": list(timing["window"])}
-               if isinstance(timing.get("window"), list) else {}),
-            **({"prepared_ahead": r.evidence["prepared_ahead"]} if isinstance(r.evidence, dict)
-               and isinstance(r.evidence.get("prepared_ahead"), dict) else {}),
-        })
+    per_process = [_process_record(r) for r in results]
     evidence = dict(first.evidence)
     if isinstance(evidence.get("timing"), dict):
         timing = dict(evidence["timing"])
@@ -75,18 +45,7 @@ def merge_processes(
     evidence["processes"] = per_process
     evidence["ci_method"] = speedup.method
     _merge_builds(evidence, per_process)
-    fp = dict(first.fingerprint)
-    software = _merged_software(results, evidence.get("build_fingerprint"))
-    if software is not None:
-        fp["software"] = software
-    if "nvml_end" in last.fingerprint:
-        fp["nvml_end"] = last.fingerprint["nvml_end"]
-    throttled = [r.fingerprint["throttled"] for r in results if "throttled" in r.fingerprint]
-    if throttled:
-        fp["throttled"] = any(throttled)
-    load = host_load_of(results, policy.max_host_load)
-    if load is not None:
-        fp["host_load"] = load
+    fp = _merged_fingerprint(results, evidence.get("build_fingerprint"), policy.max_host_load)
     peak: dict[str, int] = {}
     for r in results:
         for key, value in r.peak_memory_bytes.items():
@@ -113,6 +72,61 @@ def merge_processes(
     )
     merged.check()
     return merged
+
+
+# evidence of each process that its record in `evidence.processes` keeps as it is
+_KEPT_PER_PROCESS = ("sides", "build", "phases")
+
+
+def _process_record(r: BenchResult) -> dict[str, Any]:
+    """One process's line in the merged result's `evidence.processes`."""
+    evidence = r.evidence if isinstance(r.evidence, dict) else {}
+    timing = evidence.get("timing", {})
+    record: dict[str, Any] = {
+        "speedup": r.speedup.value if r.speedup else None,
+        "ci_low": r.speedup.ci_low if r.speedup else None,
+        "ci_high": r.speedup.ci_high if r.speedup else None,
+        "rounds": len(r.baseline_samples_ms),
+        "timing_seconds": timing.get("timing_seconds"),
+        "compile_seconds": r.compile_seconds,
+        "baseline_median_ms": r.baseline.median_ms if r.baseline else None,
+        "candidate_median_ms": r.candidate.median_ms if r.candidate else None,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+    }
+    if isinstance(r.fingerprint.get("host_load"), dict):
+        record["host_other_cores"] = r.fingerprint["host_load"].get("other_cores")
+    if evidence.get("build_fingerprint"):
+        record["build_fingerprint"] = evidence["build_fingerprint"]
+    for key in _KEPT_PER_PROCESS:
+        if (key == "sides" and key in evidence) or isinstance(evidence.get(key), dict):
+            record[key] = evidence[key]
+    # when it timed, on the host's monotonic clock: children prepared ahead time one at a
+    # time, and this shows it
+    if isinstance(timing.get("window"), list):
+        record["timing_window"] = list(timing["window"])
+    if isinstance(evidence.get("prepared_ahead"), dict):
+        record["prepared_ahead"] = evidence["prepared_ahead"]
+    return record
+
+
+def _merged_fingerprint(results: list[BenchResult], build_fingerprint: Any,
+                        max_host_load: float) -> dict[str, Any]:
+    """The first process's fingerprint, with the software all ran, the last one's NVML
+    reading, and the host's load over all."""
+    fp = dict(results[0].fingerprint)
+    software = _merged_software(results, build_fingerprint)
+    if software is not None:
+        fp["software"] = software
+    if "nvml_end" in results[-1].fingerprint:
+        fp["nvml_end"] = results[-1].fingerprint["nvml_end"]
+    throttled = [r.fingerprint["throttled"] for r in results if "throttled" in r.fingerprint]
+    if throttled:
+        fp["throttled"] = any(throttled)
+    load = host_load_of(results, max_host_load)
+    if load is not None:
+        fp["host_load"] = load
+    return fp
 
 
 def _merge_builds(evidence: dict[str, Any], per_process: list[dict[str, Any]]) -> None:

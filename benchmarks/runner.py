@@ -29,7 +29,7 @@ import contextlib
 import copy
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -221,43 +221,115 @@ def _compile_candidate(
     return compiled, accuracy, compile_call + first_call
 
 
+@dataclass
+class _Sides:
+    """What a process prepared before its timing: the model (None once the candidate runs
+    alone), its input, the candidate and its accuracy, and the interpreter's software."""
+
+    model: Any
+    x: Any
+    compiled: Any
+    accuracy: Any
+    compile_seconds: float | None
+    environment: dict[str, Any]
+
+
 def _measure(
     spec: BenchSpec, backend: Any, device_class: str, started: str, t0: float,
     slow_candidate: float = 0.0, model_info: dict[str, Any] | None = None,
 ) -> BenchResult:
-    policy = spec.timing
+    """Prepare, time, then gather the evidence: each phase lapped in `evidence.phases`."""
     on_cuda = spec.device == "cuda"
     evidence: dict[str, Any] = {}
     phases = Phases()
     peak: dict[str, int] = {}
     _set_process_options(spec, evidence)
+    model_info = model_info if model_info is not None else {}
 
-    if model_info is None:
-        model_info = {}
+    prep = _prepare_sides(spec, backend, model_info, evidence, peak, phases, on_cuda)
+    fns = _side_callables(prep, spec, slow_candidate, evidence)
+    timed = _time_sides(spec, fns, prep, evidence, phases, on_cuda)
+    samples = timed.samples
+
+    with _stage("statistics"):
+        base_summary = stats.summary(samples.baseline_ms) if samples.baseline_ms else None
+        cand_summary = stats.summary(samples.candidate_ms) if samples.candidate_ms else None
+        speedup = stats.speedup_ci(
+            samples.baseline_ms, samples.candidate_ms,
+            resamples=spec.timing.bootstrap_resamples, seed=spec.timing.seed,
+        ) if spec.child_side is None else None
+
+    _after_timing(spec, {name: fn for name, fn in fns.items() if name in timed.graphs}, prep,
+                  evidence, phases, on_cuda)
+    fp = fingerprint.finish(_safe_collect(spec.device), *timed.nvml)
+    if prep.compiled is not None and prep.compiled.versions:
+        fp["backend_versions"] = dict(prep.compiled.versions)
+    if model_info:
+        fp["model"] = dict(model_info)
+    fp["software"] = _software(spec, prep.environment, model_info, evidence,
+                               timed.distributions, spec.child_side)
+    phases.lap("evidence")
+    evidence["phases"] = phases.seconds
+    accuracy = prep.accuracy
+    reason = None
+    if accuracy is not None and not accuracy.passed:
+        reason = (f"accuracy: relative L2 error {accuracy.rel_l2:.3g} exceeds the "
+                  f"{spec.precision} tolerance {accuracy.tolerance:.3g}")
+    return BenchResult(
+        series_key=spec.series_key(fp.get("device_class", device_class), timed.mode,
+                                   model_digest=model_info.get("digest")),
+        spec=spec.to_dict(),
+        status="ok",
+        reason=reason,
+        baseline_samples_ms=samples.baseline_ms,
+        candidate_samples_ms=samples.candidate_ms,
+        baseline=base_summary,
+        candidate=cand_summary,
+        speedup=speedup,
+        accuracy=accuracy,
+        compile_seconds=prep.compile_seconds,
+        peak_memory_bytes=peak,
+        evidence=evidence,
+        fingerprint=fp,
+        started_at=started,
+        finished_at=now_iso(),
+        duration_seconds=time.perf_counter() - t0,
+    )
+
+
+def _prepare_sides(spec: BenchSpec, backend: Any, model_info: dict[str, Any],
+                   evidence: dict[str, Any], peak: dict[str, int], phases: Phases,
+                   on_cuda: bool) -> _Sides:
+    """Build eager and compile the candidate (or the one side a split child times)."""
     # this interpreter's software, once: the build cache's key and the result's identity
     environment = identity.environment_identity()
     phases.lap("identity")
     with _stage("build"):
         model, x, reference, tol = eager_model(spec, model_info, environment, evidence, peak)
     phases.lap("model")
-
     side = spec.child_side  # None: both sides here; else one side of a split measurement
-    compiled: Any = None
-    accuracy = None
-    compile_seconds: float | None = None
+    prep = _Sides(model, x, None, None, None, environment)
     if side != "baseline":
-        compiled, accuracy, compile_seconds = _compile_candidate(
+        prep.compiled, prep.accuracy, prep.compile_seconds = _compile_candidate(
             spec, backend, model, x, reference, tol, on_cuda, evidence, peak,
             model_identity_of(spec, model_info), environment)
     if side == "candidate":
         # The candidate runs alone, as deployed: eager's weights leave the process (the
         # candidate holds its own copy) and eager is never called here.
+        prep.model = None
         del model
     elif side == "baseline":
         with _stage("peak memory"), Peak(on_cuda) as p_steady, torch.inference_mode():
             model(x)
         peak["baseline"] = p_steady.value if on_cuda else peak["baseline_build"]
     phases.lap("compile")
+    return prep
+
+
+def _side_callables(prep: _Sides, spec: BenchSpec, slow_candidate: float,
+                    evidence: dict[str, Any]) -> dict[str, Callable[[], Any]]:
+    """The callables this process times: both, or the one side of a split child."""
+    model, x, compiled = prep.model, prep.x, prep.compiled
 
     def baseline_fn() -> torch.Tensor:
         return model(x)
@@ -265,21 +337,39 @@ def _measure(
     def candidate_fn() -> torch.Tensor:
         return compiled.run(x)
 
+    side = spec.child_side
     if slow_candidate > 0 and side != "baseline":
         candidate_fn = _slowed(candidate_fn, slow_candidate, spec, evidence)
+    if side is None:
+        return {"baseline": baseline_fn, "candidate": candidate_fn}
+    return {side: baseline_fn if side == "baseline" else candidate_fn}
 
-    # The callables this process times: both, or the one side of a split child.
-    timed = {"baseline": baseline_fn, "candidate": candidate_fn} if side is None else \
-        {side: baseline_fn if side == "baseline" else candidate_fn}
-    # A child started ahead of its turn (benchmarks.prepared) waits here: everything above
-    # prepares, everything below times or belongs to the timing (capture, counts, profiles).
+
+@dataclass
+class _Timed:
+    """A timing's samples, the sides captured as CUDA graphs, the mode, the distributions
+    the timed code had loaded, and NVML's readings around it (for the fingerprint)."""
+
+    samples: Any
+    graphs: dict[str, bool]
+    mode: str
+    distributions: Any
+    nvml: tuple[Any, Any]
+
+
+def _time_sides(spec: BenchSpec, fns: dict[str, Callable[[], Any]], prep: _Sides,
+                evidence: dict[str, Any], phases: Phases, on_cuda: bool) -> _Timed:
+    """The turn, the capture, the pin and the timing itself."""
+    policy = spec.timing
+    # A child started ahead of its turn (benchmarks.prepared) waits here: everything before
+    # prepares, everything after times or belongs to the timing (capture, counts, profiles).
     if prepared.wait_for_turn() > 0:
         phases.lap("gate")
     with _stage("cuda graph capture"):
-        timed, graphs = _captured(timed, compiled, on_cuda and policy.cuda_graphs, evidence)
+        timed, graphs = _captured(dict(fns), prep.compiled, on_cuda and policy.cuda_graphs,
+                                  evidence)
     mode = "graphs" if all(graphs.values()) and graphs else "nographs"
     phases.lap("capture")
-
     # The timed thread on its own core (benchmarks.host), pinned here and not at start:
     # compilers before this point may use every core.
     pinned = host.apply_pin()
@@ -289,29 +379,26 @@ def _measure(
     # the children preparing beside this one (benchmarks.prepared) stop while it times
     quiet_wait = prepared.quiet_please()
     with _stage("timing"):
-        samples = _time(spec, timed, side, cpu_clock)
+        samples = _time(spec, timed, spec.child_side, cpu_clock)
     nvml_end = fingerprint.collect_nvml() if on_cuda else None
     prepared.timed()
     phases.lap("timing")
     if quiet_wait > 0:
         phases.seconds["quiet_wait"] = round(quiet_wait, 3)
     # what this process ran, read before passes that import more (the profile)
-    timed_distributions = identity.loaded_distributions(environment["distributions"])
-    evidence["timing"] = _timing_record(samples, policy, graphs, mode, on_cuda, pinned, side)
+    timed_distributions = identity.loaded_distributions(prep.environment["distributions"])
+    evidence["timing"] = _timing_record(samples, policy, graphs, mode, on_cuda, pinned,
+                                        spec.child_side)
+    return _Timed(samples, graphs, mode, timed_distributions, (nvml_start, nvml_end))
 
-    with _stage("statistics"):
-        base_summary = stats.summary(samples.baseline_ms) if samples.baseline_ms else None
-        cand_summary = stats.summary(samples.candidate_ms) if samples.candidate_ms else None
-        speedup = stats.speedup_ci(
-            samples.baseline_ms, samples.candidate_ms,
-            resamples=policy.bootstrap_resamples, seed=policy.seed,
-        ) if side is None else None
 
+def _after_timing(spec: BenchSpec, sides: dict[str, Callable[[], Any]], prep: _Sides,
+                  evidence: dict[str, Any], phases: Phases, on_cuda: bool) -> None:
+    """Kernel counts, profiles and the build's record: passes after the timing, never a
+    cause to lose the measurement."""
     # Kernels per inference are the first process's to count: a cell's merged result keeps
     # the first process's evidence (benchmarks.isolation), and the profiler costs a later
     # process a second or two for a number nobody reads.
-    sides = {name: fn for name, fn in (("baseline", baseline_fn), ("candidate", candidate_fn))
-             if name in graphs}
     if on_cuda and not spec.options.get(LATER_PROCESS_OPTION):
         try:
             evidence["kernels_per_inference"] = {
@@ -323,44 +410,10 @@ def _measure(
     # process's, like the kernel counts. It explains a change; it never is one.
     if profiled_here(spec):
         with _stage("profile"):
-            evidence.update(side_profiles(sides, compiled, x, on_cuda))
+            evidence.update(side_profiles(sides, prep.compiled, prep.x, on_cuda))
         phases.lap("profile")
-    if compiled is not None:
-        _add_build_evidence(compiled, policy.builds, evidence)
-
-    fp = fingerprint.finish(_safe_collect(spec.device), nvml_start, nvml_end)
-    if compiled is not None and compiled.versions:
-        fp["backend_versions"] = dict(compiled.versions)
-    if model_info:
-        fp["model"] = dict(model_info)
-    fp["software"] = _software(spec, environment, model_info, evidence, timed_distributions,
-                               side)
-    phases.lap("evidence")
-    evidence["phases"] = phases.seconds
-    reason = None
-    if accuracy is not None and not accuracy.passed:
-        reason = (f"accuracy: relative L2 error {accuracy.rel_l2:.3g} exceeds the "
-                  f"{spec.precision} tolerance {accuracy.tolerance:.3g}")
-    return BenchResult(
-        series_key=spec.series_key(fp.get("device_class", device_class), mode,
-                                   model_digest=model_info.get("digest")),
-        spec=spec.to_dict(),
-        status="ok",
-        reason=reason,
-        baseline_samples_ms=samples.baseline_ms,
-        candidate_samples_ms=samples.candidate_ms,
-        baseline=base_summary,
-        candidate=cand_summary,
-        speedup=speedup,
-        accuracy=accuracy,
-        compile_seconds=compile_seconds,
-        peak_memory_bytes=peak,
-        evidence=evidence,
-        fingerprint=fp,
-        started_at=started,
-        finished_at=now_iso(),
-        duration_seconds=time.perf_counter() - t0,
-    )
+    if prep.compiled is not None:
+        _add_build_evidence(prep.compiled, spec.timing.builds, evidence)
 
 
 def _set_process_options(spec: BenchSpec, evidence: dict[str, Any]) -> None:

@@ -78,12 +78,13 @@ class Knob:
     choices: tuple[str, ...] | None = None
     description: str | None = None
 
-    def refuses(self, value: float | str) -> str | None:
-        """Why a stored spec may not hold `value` (of the field's type), or None."""
+    def refuses(self, value: float | str, *, stored: bool = True) -> str | None:
+        """Why a stored spec (or, `stored=False`, a user's request) may not hold `value` (of
+        the field's type), or None."""
         if isinstance(value, str):
             choices = self.choices or ()
             return None if value in choices else f"is not one of {', '.join(choices)}"
-        if self.stored is not None:
+        if stored and self.stored is not None:
             lo, hi = self.stored
             return None if lo <= value <= hi else f"must be in [{lo:g}, {hi:g}]"
         for bound, holds, word in ((self.ge, operator.ge, ">="), (self.gt, operator.gt, ">"),
@@ -221,6 +222,14 @@ def timing_fields() -> tuple[tuple[str, type, Any, Knob], ...]:
     hints = typing.get_type_hints(TimingPolicy)
     return tuple((f.name, hints[f.name], f.default, f.metadata["knob"])
                  for f in dataclasses.fields(TimingPolicy))
+
+
+def timing_knob(name: str) -> Knob:
+    """The declaration of the timing field `name` (KeyError for no such field)."""
+    for field_name, _kind, _default, knob in timing_fields():
+        if field_name == name:
+            return knob
+    raise KeyError(name)
 
 
 GPU_TARGET_HALF_WIDTH = 0.003

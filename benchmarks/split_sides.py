@@ -57,26 +57,10 @@ def _run_turns(
     sides: list[Side] = []
     with tempfile.TemporaryDirectory(prefix="speedwatch-bench-") as tmp:
         try:
-            for side in order:
-                to_child_r, to_child_w = os.pipe()
-                from_child_r, from_child_w = os.pipe()
-                try:
-                    child = start_child(
-                        replace(one, options={**one.options, SIDE_OPTION: side}),
-                        Path(tmp) / side, python=python, env=env, cwd=cwd, pin=pin,
-                        extra_env={TURN_ENV: f"{to_child_r},{from_child_w}"},
-                        pass_fds=(to_child_r, from_child_w))
-                finally:
-                    os.close(to_child_r)
-                    os.close(from_child_w)
-                if isinstance(child, BenchResult):  # could not start
-                    os.close(to_child_w)
-                    os.close(from_child_r)
-                    child.reason = f"{side} side: {child.reason}"
-                    child.spec = one.to_dict()
-                    return child
-                children[side] = child
-                sides.append(Side(side, child.proc.pid, to_child_w, from_child_r))
+            not_started = _start_sides(one, order, Path(tmp), children, sides, python=python,
+                                       env=env, cwd=cwd, pin=pin)
+            if not_started is not None:
+                return not_started
             deadline = started + 2 * timeout_s
             monitor = host.LoadMonitor(pids=lambda: [c.proc.pid for c in children.values()],
                                        cores=host.load_cores(one.device))
@@ -92,22 +76,8 @@ def _run_turns(
                 if ended is None:
                     for child in children.values():
                         child.wait(max(1.0, deadline - time.monotonic()))
-            if ended == "timeout" or any(c.timed_out for c in children.values()):
-                for child in children.values():
-                    child.kill()
-                return failed_result(one, f"timed out after {2 * timeout_s:g}s (two sides taking "
-                               "turns)", "", started)
-            if ended is not None:
-                children[ended].wait(30.0)
-                for name, child in children.items():
-                    if name != ended:
-                        child.kill()
-                result = children[ended].finish(started)
-                if result.status == "ok":  # it stopped early of its own accord
-                    result = failed_result(one, "ended before the referee said stop", "", started)
-                result.spec = one.to_dict()
-                result.reason = f"{ended} side: {result.reason or result.status}"
-                return result
+            if ended is not None or any(c.timed_out for c in children.values()):
+                return _ended_early(one, children, ended, started, timeout_s)
             results = {name: child.finish(started) for name, child in children.items()}
         finally:
             for side_ends in sides:
@@ -131,6 +101,57 @@ def _run_turns(
     if load is not None:
         joined.fingerprint["host_load"] = load.to_dict()
     return joined
+
+
+def _start_sides(one: BenchSpec, order: tuple[str, ...], tmp: Path, children: dict[str, Child],
+                 sides: list[Side], *, python: str, env: dict[str, str] | None,
+                 cwd: str | None, pin: list[int]) -> BenchResult | None:
+    """Each side's child with its two turn pipes (into `children` and `sides`, so the caller
+    closes and kills them whatever happens); a child that could not start is the unit's
+    failure."""
+    for side in order:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        try:
+            child = start_child(
+                replace(one, options={**one.options, SIDE_OPTION: side}),
+                tmp / side, python=python, env=env, cwd=cwd, pin=pin,
+                extra_env={TURN_ENV: f"{to_child_r},{from_child_w}"},
+                pass_fds=(to_child_r, from_child_w))
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        if isinstance(child, BenchResult):  # could not start
+            os.close(to_child_w)
+            os.close(from_child_r)
+            child.reason = f"{side} side: {child.reason}"
+            child.spec = one.to_dict()
+            return child
+        children[side] = child
+        sides.append(Side(side, child.proc.pid, to_child_w, from_child_r))
+    return None
+
+
+def _ended_early(one: BenchSpec, children: dict[str, Child], ended: str | None,
+                 started: float, timeout_s: float) -> BenchResult:
+    """The unit's failure when the turns timed out (`ended` "timeout" or a child timed out)
+    or a side ended before the referee said stop."""
+    if ended in (None, "timeout") or any(c.timed_out for c in children.values()):
+        for child in children.values():
+            child.kill()
+        return failed_result(one, f"timed out after {2 * timeout_s:g}s (two sides taking "
+                             "turns)", "", started)
+    assert ended is not None
+    children[ended].wait(30.0)
+    for name, child in children.items():
+        if name != ended:
+            child.kill()
+    result = children[ended].finish(started)
+    if result.status == "ok":  # it stopped early of its own accord
+        result = failed_result(one, "ended before the referee said stop", "", started)
+    result.spec = one.to_dict()
+    result.reason = f"{ended} side: {result.reason or result.status}"
+    return result
 
 
 def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *,
@@ -172,29 +193,7 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
     speedup = stats.speedup_ci(base_rounds, cand_rounds,
                                resamples=policy.bootstrap_resamples, seed=policy.seed)
     evidence = dict(candidate.evidence)
-    evidence["timing"] = {
-        **tc,
-        "rounds": len(candidate.candidate_samples_ms),
-        "timing_seconds": float(tb.get("timing_seconds") or 0.0)
-        + float(tc.get("timing_seconds") or 0.0),
-        "cuda_graphs": {"baseline": (tb.get("cuda_graphs") or {}).get("baseline", False),
-                        "candidate": (tc.get("cuda_graphs") or {}).get("candidate", False)},
-    }
-    if tb.get("wall") or tc.get("wall"):
-        evidence["timing"]["wall"] = {
-            **{k: v for k, v in (tb.get("wall") or {}).items() if k.startswith("baseline")},
-            **{k: v for k, v in (tc.get("wall") or {}).items() if k.startswith("candidate")}}
-    windows = [t["window"] for t in (tb, tc) if isinstance(t.get("window"), list)]
-    if windows:
-        evidence["timing"]["window"] = [min(w[0] for w in windows), max(w[1] for w in windows)]
-    for key in ("clock_fallback",):
-        if tb.get(key) and not tc.get(key):
-            evidence["timing"][key] = tb[key]
-    if fallback is not None:
-        evidence["timing"].update(clock=WALL_CLOCK, clock_fallback=fallback)
-        evidence["timing"].pop("wall", None)  # the wall clock is the samples now
-    evidence["timing"].pop("side", None)
-    evidence["timing"].pop(SIDE_WALL_ROUNDS, None)
+    evidence["timing"] = _joined_timing(tb, tc, len(candidate.candidate_samples_ms), fallback)
     evidence["sides"] = {
         "order": order,
         **{name: {"rounds": len(samples), "timing_seconds": t.get("timing_seconds"),
@@ -205,28 +204,9 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
                ("baseline", baseline, base_rounds, base_summary, tb),
                ("candidate", candidate, cand_rounds, cand_summary, tc))},
     }
-    for key in ("kernels_per_inference", "profile", "profile_error"):
-        # each side's own child counted and profiled its side
-        merged = {side: value for side, r in (("baseline", baseline), ("candidate", candidate))
-                  for name, value in (r.evidence.get(key) or {}).items() if name == side}
-        evidence.pop(key, None)
-        if merged:
-            evidence[key] = merged
+    _each_side_its_own(evidence, baseline, candidate)
     first, last = (baseline, candidate) if order[0] == "baseline" else (candidate, baseline)
-    fp = dict(candidate.fingerprint)
-    base_sw, cand_sw = sides_software
-    if base_sw is not None and cand_sw is not None:
-        fp["software"] = {**cand_sw, "sides": {
-            "baseline": (base_sw.get("sides") or {}).get("baseline"),
-            "candidate": (cand_sw.get("sides") or {}).get("candidate")}}
-    if "nvml_start" in first.fingerprint:
-        fp["nvml_start"] = first.fingerprint["nvml_start"]
-    if "nvml_end" in last.fingerprint:
-        fp["nvml_end"] = last.fingerprint["nvml_end"]
-    throttled = [r.fingerprint["throttled"] for r in (baseline, candidate)
-                 if "throttled" in r.fingerprint]
-    if throttled:
-        fp["throttled"] = any(throttled)
+    fp = _joined_fingerprint(baseline, candidate, first, last, sides_software)
     peak = {**candidate.peak_memory_bytes}
     for key, value in baseline.peak_memory_bytes.items():
         peak[key] = max(peak.get(key, 0), value)
@@ -254,6 +234,67 @@ def join_sides(spec: BenchSpec, baseline: BenchResult, candidate: BenchResult, *
     )
     joined.check()
     return joined
+
+
+def _each_side_its_own(evidence: dict[str, Any], baseline: BenchResult,
+                       candidate: BenchResult) -> None:
+    """Kernel counts and profiles of each side from the child that timed it."""
+    for key in ("kernels_per_inference", "profile", "profile_error"):
+        merged = {side: value for side, r in (("baseline", baseline), ("candidate", candidate))
+                  for name, value in (r.evidence.get(key) or {}).items() if name == side}
+        evidence.pop(key, None)
+        if merged:
+            evidence[key] = merged
+
+
+def _joined_timing(tb: dict[str, Any], tc: dict[str, Any], rounds: int,
+                   fallback: str | None) -> dict[str, Any]:
+    """The unit's timing record from each child's: the candidate's, with both sides' seconds,
+    graphs, wall rounds and windows, and the clock both sides were compared by."""
+    timing = {
+        **tc,
+        "rounds": rounds,
+        "timing_seconds": float(tb.get("timing_seconds") or 0.0)
+        + float(tc.get("timing_seconds") or 0.0),
+        "cuda_graphs": {"baseline": (tb.get("cuda_graphs") or {}).get("baseline", False),
+                        "candidate": (tc.get("cuda_graphs") or {}).get("candidate", False)},
+    }
+    if tb.get("wall") or tc.get("wall"):
+        timing["wall"] = {
+            **{k: v for k, v in (tb.get("wall") or {}).items() if k.startswith("baseline")},
+            **{k: v for k, v in (tc.get("wall") or {}).items() if k.startswith("candidate")}}
+    windows = [t["window"] for t in (tb, tc) if isinstance(t.get("window"), list)]
+    if windows:
+        timing["window"] = [min(w[0] for w in windows), max(w[1] for w in windows)]
+    if tb.get("clock_fallback") and not tc.get("clock_fallback"):
+        timing["clock_fallback"] = tb["clock_fallback"]
+    if fallback is not None:
+        timing.update(clock=WALL_CLOCK, clock_fallback=fallback)
+        timing.pop("wall", None)  # the wall clock is the samples now
+    timing.pop("side", None)
+    timing.pop(SIDE_WALL_ROUNDS, None)
+    return timing
+
+
+def _joined_fingerprint(baseline: BenchResult, candidate: BenchResult, first: BenchResult,
+                        last: BenchResult, sides_software: list[Any]) -> dict[str, Any]:
+    """The candidate child's fingerprint, with each side's software from its own child and
+    NVML's readings from the first and the last child."""
+    fp = dict(candidate.fingerprint)
+    base_sw, cand_sw = sides_software
+    if base_sw is not None and cand_sw is not None:
+        fp["software"] = {**cand_sw, "sides": {
+            "baseline": (base_sw.get("sides") or {}).get("baseline"),
+            "candidate": (cand_sw.get("sides") or {}).get("candidate")}}
+    if "nvml_start" in first.fingerprint:
+        fp["nvml_start"] = first.fingerprint["nvml_start"]
+    if "nvml_end" in last.fingerprint:
+        fp["nvml_end"] = last.fingerprint["nvml_end"]
+    throttled = [r.fingerprint["throttled"] for r in (baseline, candidate)
+                 if "throttled" in r.fingerprint]
+    if throttled:
+        fp["throttled"] = any(throttled)
+    return fp
 
 
 def _wall_rounds(timing: dict[str, Any], rounds: list[list[float]],

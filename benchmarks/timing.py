@@ -217,17 +217,7 @@ def time_paired(
     thread_timer = _ThreadClockTimer() if cpu_clock == THREAD_CLOCK and not on_cuda else None
 
     def warm_up() -> float:
-        warm_start = clock()
-        done_warmup = 0
-        while done_warmup < policy.warmup_iters or clock() - warm_start < policy.warmup_seconds:
-            baseline()
-            if candidate is not None:
-                candidate()
-            done_warmup += 1
-            if done_warmup >= policy.warmup_iters:
-                sync()  # a GPU queue must drain before the clock says the time is up
-        sync()
-        return clock() - warm_start
+        return _warm_up(baseline, candidate, policy, clock, sync)
 
     with torch.inference_mode():
         timer: Callable[[Fn, int], list[float]] = (
@@ -248,9 +238,8 @@ def time_paired(
             if thread_timer is not None:
                 wall.append(thread_timer.last_wall)
 
-        start = clock()
-        stopped_by = "rounds"
-        for r in range(max(1, policy.rounds)):
+        def one_round(r: int) -> None:
+            """Both sides, in alternating order (or the one side of a split process)."""
             if candidate is None:
                 time_round(baseline, base_rounds, wall_base)
             elif r % 2 == 0:
@@ -259,14 +248,9 @@ def time_paired(
             else:
                 time_round(candidate, cand_rounds, wall_cand)
                 time_round(baseline, base_rounds, wall_base)
-            done = r + 1
-            if (
-                done < policy.rounds
-                and clock() - start >= policy.max_seconds
-                and done >= policy.min_rounds
-            ):
-                stopped_by = "max_seconds"
-                break
+
+        start = clock()
+        stopped_by = _rounds_until_stop(one_round, policy, clock, start)
         end = clock()
     samples = PairedSamples(
         baseline_ms=base_rounds,
@@ -279,6 +263,39 @@ def time_paired(
     if thread_timer is not None:
         _use_thread_clock(samples, thread_timer, wall_base, wall_cand)
     return samples
+
+
+def _warm_up(baseline: Fn, candidate: Fn | None, policy: TimingPolicy,
+             clock: Callable[[], float], sync: Callable[[], Any]) -> float:
+    """Alternate the sides for at least `warmup_iters` calls each and `warmup_seconds`;
+    the seconds it took."""
+    warm_start = clock()
+    done_warmup = 0
+    while done_warmup < policy.warmup_iters or clock() - warm_start < policy.warmup_seconds:
+        baseline()
+        if candidate is not None:
+            candidate()
+        done_warmup += 1
+        if done_warmup >= policy.warmup_iters:
+            sync()  # a GPU queue must drain before the clock says the time is up
+    sync()
+    return clock() - warm_start
+
+
+def _rounds_until_stop(one_round: Callable[[int], None], policy: TimingPolicy,
+                       clock: Callable[[], float], start: float) -> str:
+    """Time `policy.rounds` rounds, or fewer once `max_seconds` have passed and at least
+    `min_rounds` exist; what stopped them."""
+    for r in range(max(1, policy.rounds)):
+        one_round(r)
+        done = r + 1
+        if (
+            done < policy.rounds
+            and clock() - start >= policy.max_seconds
+            and done >= policy.min_rounds
+        ):
+            return "max_seconds"
+    return "rounds"
 
 
 def _time_turns(fn: Fn, timer: Callable[[Fn, int], list[float]], iters: int, turns: Turns,

@@ -71,56 +71,30 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
     progress, not a lost worker. A confirmation re-measure runs on its own, as before.
     """
     from app.config import get_settings
-    from app.db import session_scope
-    from app.services.confirmation import confirmation_pair
-    from app.services.runs import claim_cell, finish_run_if_complete
-    from benchmarks.adaptive import AdaptiveMeasurement
-    from benchmarks.isolation import run_adaptive_interleaved
-    from workers.confirm import execute_confirmation, heartbeat
-    from workers.environments import in_use
 
     settings = settings or get_settings()
     outcomes: dict[int, str] = {}
     claimed: list[_Claimed] = []
     for cell_id in dict.fromkeys(cell_ids):
-        with session_scope(settings) as session:
-            pair = confirmation_pair(session, cell_id)
-        if pair is not None:  # a confirmation re-measure: both of its cells, interleaved
-            outcomes[cell_id] = execute_confirmation(pair, settings)
-            continue
-        with session_scope(settings) as session:
-            spec = claim_cell(session, cell_id, settings=settings)
-            if spec is None:
-                # Finished already (a redelivery), unknown, or just failed by claim_cell
-                # for running out of attempts: in that last case the run may now be complete.
-                run_id = run_of(session, cell_id)
-                if run_id is not None:
-                    finish_run_if_complete(session, run_id, settings=settings)
-                outcomes[cell_id] = "already-finished"
-                continue
-            env = cell_environment(session, cell_id)
-        refusal = model_refusal(spec.model, settings)
-        if refusal is not None:  # the API checked it too; this worker's list is the one
-            _fail(cell_id, refusal, settings)
-            outcomes[cell_id] = "failed"
-            _finish_runs([env.run_id], settings)
-            continue
-        try:
-            python = resolve_python(env.pins, env.interpreter, settings)
-        except SoftTimeLimitExceeded:
-            _fail(cell_id, "task time limit reached (environment build too slow)", settings)
-            outcomes[cell_id] = "failed"
-            _finish_runs([env.run_id], settings)
-            continue
-        except Exception as exc:  # a bad cell fails; the others carry on
-            log.warning("cell %s failed: %s", cell_id, exc, exc_info=True)
-            _fail(cell_id, failure_reason(exc), settings)
-            outcomes[cell_id] = "failed"
-            _finish_runs([env.run_id], settings)
-            continue
-        claimed.append(_Claimed(cell_id, spec, env, python))
+        one = _claim(cell_id, settings)
+        if isinstance(one, str):
+            outcomes[cell_id] = one
+        else:
+            claimed.append(one)
     if not claimed:
         return outcomes
+
+    _measure_claimed(claimed, settings, outcomes)
+    return outcomes
+
+
+def _measure_claimed(claimed: list[_Claimed], settings: Settings,
+                     outcomes: dict[int, str]) -> None:
+    """The claimed cells measured in turns, each stored (into `outcomes`) when it is done."""
+    from benchmarks.adaptive import AdaptiveMeasurement
+    from benchmarks.isolation import run_adaptive_interleaved
+    from workers.confirm import heartbeat
+    from workers.environments import in_use
 
     # Adaptive: processes are added until the comparison with the series' baseline is
     # decided at the project's threshold (or the spec's budget is spent). The baseline is
@@ -139,7 +113,7 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
         if busy is not None:
             for c in claimed:
                 outcomes[c.cell_id] = _measure_again(c, f"before the cell: {busy}", settings)
-            return outcomes
+            return
         guard.start()
     index = {c.cell_id: i for i, c in enumerate(claimed)}
 
@@ -177,7 +151,48 @@ def execute_cells(cell_ids: Sequence[int], settings: Settings | None = None) -> 
         if guard is not None:
             guard.stop()
         _finish_runs([c.env.run_id for c in claimed], settings)
-    return outcomes
+
+
+def _claim(cell_id: int, settings: Settings) -> _Claimed | str:
+    """The cell claimed, with its spec, environment and interpreter; or its outcome when
+    there is nothing to measure here (a confirmation measured on its own, a cell finished
+    already, a model this worker refuses, an interpreter it cannot make)."""
+    from app.db import session_scope
+    from app.services.confirmation import confirmation_pair
+    from app.services.runs import claim_cell, finish_run_if_complete
+    from workers.confirm import execute_confirmation
+
+    with session_scope(settings) as session:
+        pair = confirmation_pair(session, cell_id)
+    if pair is not None:  # a confirmation re-measure: both of its cells, interleaved
+        return execute_confirmation(pair, settings)
+    with session_scope(settings) as session:
+        spec = claim_cell(session, cell_id, settings=settings)
+        if spec is None:
+            # Finished already (a redelivery), unknown, or just failed by claim_cell
+            # for running out of attempts: in that last case the run may now be complete.
+            run_id = run_of(session, cell_id)
+            if run_id is not None:
+                finish_run_if_complete(session, run_id, settings=settings)
+            return "already-finished"
+        env = cell_environment(session, cell_id)
+    refusal = model_refusal(spec.model, settings)
+    if refusal is not None:  # the API checked it too; this worker's list is the one
+        _fail(cell_id, refusal, settings)
+        _finish_runs([env.run_id], settings)
+        return "failed"
+    try:
+        python = resolve_python(env.pins, env.interpreter, settings)
+    except SoftTimeLimitExceeded:
+        _fail(cell_id, "task time limit reached (environment build too slow)", settings)
+        _finish_runs([env.run_id], settings)
+        return "failed"
+    except Exception as exc:  # a bad cell fails; the others carry on
+        log.warning("cell %s failed: %s", cell_id, exc, exc_info=True)
+        _fail(cell_id, failure_reason(exc), settings)
+        _finish_runs([env.run_id], settings)
+        return "failed"
+    return _Claimed(cell_id, spec, env, python)
 
 
 def _measure_again(claimed: _Claimed, reason: str, settings: Settings) -> str:

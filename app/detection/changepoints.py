@@ -371,20 +371,20 @@ def detect_change_points(
         noise = dataclasses.replace(noise, inflation=max(noise.inflation, again.inflation),
                                     dof=min(noise.dof, again.dof))
     test = TEST_WITH_INTERVALS if with_intervals else TEST_SCATTER_ONLY
-    out = []
-    for c in cands:
-        worse = c.relative_change < 0 if higher_is_better else c.relative_change > 0
-        out.append(
-            ChangePoint(
-                index=c.index,
-                direction="regression" if worse else "improvement",
-                before=c.before,
-                after=c.after,
-                relative_change=c.relative_change,
-                p_value=c.p_value,
-                ci_low=c.ci_low,
-                ci_high=c.ci_high,
-                test=test,
-            )
-        )
-    return out
+    return [_change_point(c, higher_is_better, test) for c in cands]
+
+
+def _change_point(c: _Candidate, higher_is_better: bool, test: str) -> ChangePoint:
+    """A confirmed candidate, named a regression or an improvement by the series' sense."""
+    worse = c.relative_change < 0 if higher_is_better else c.relative_change > 0
+    return ChangePoint(
+        index=c.index,
+        direction="regression" if worse else "improvement",
+        before=c.before,
+        after=c.after,
+        relative_change=c.relative_change,
+        p_value=c.p_value,
+        ci_low=c.ci_low,
+        ci_high=c.ci_high,
+        test=test,
+    )

@@ -307,52 +307,19 @@ def judge_run(
             _remember(cell, judged)
             continue
         verdict = judged.verdict
-        note: str | None = None
         if row.status == "ok" and _needs_remeasure(judged) \
                 and _would_open(session, run, row, judged.chosen):
-            suspect_only = verdict.verdict == "inconclusive"
-            if known is not None:  # the second pass: the re-measure has ended
-                threshold = policy.threshold_for(cell.series_key)
-                outcome = confirmation.pooled_outcome(
-                    verdict.ratio, confirmation.confirmation_outcome(session, cell, threshold),
-                    threshold)
-                if outcome.verdict in ("pass", "improvement"):
-                    what = "suspected drop" if suspect_only else "regression"
-                    verdict = _with_reason(verdict, f"{what} not confirmed: re-measure shows "
-                                           f"{outcome.sentence}", first=True, kind="pass")
-                elif outcome.verdict == "regression":
-                    verdict = _with_reason(verdict, f"confirmed by re-measure: "
-                                           f"{outcome.sentence}", kind="regression")
-                elif outcome.verdict == "inconclusive":
-                    verdict = _with_reason(verdict, f"re-measure inconclusive: "
-                                           f"{outcome.sentence}", first=True,
-                                           kind="inconclusive")
-                else:  # the re-measure failed: a real regression must not hide behind it
-                    verdict = _with_reason(verdict, f"unconfirmed: {outcome.sentence}")
-            else:
-                why_not = confirmation.why_unconfirmable(run, policy, judged.chosen.result_id,
-                                                         settings)
-                if why_not is None:
-                    assert judged.chosen.result_id is not None
-                    candidate, baseline = confirmation.request_confirmation(
-                        session, run, cell, row, judged.chosen.result_id, policy, settings)
-                    what = "drop suspected" if suspect_only else "regression suspected"
-                    verdicts[label] = _with_reason(
-                        verdict, f"{what}: confirming (re-measure queued as "
-                        f"runs {candidate.id} and {baseline.id})", first=True)
-                    _remember(cell, verdicts[label], confirming={
-                        "candidate_run_id": candidate.id, "baseline_run_id": baseline.id})
-                    continue
-                verdict = _with_reason(
-                    verdict, f"{'not re-measured' if suspect_only else 'unconfirmed'}: "
-                    f"{why_not}")
+            verdict, confirming = _second_opinion(session, run, cell, row, judged, known,
+                                                  policy, settings)
+            if confirming is not None:
+                verdicts[label] = verdict
+                _remember(cell, verdict, confirming=confirming)
+                continue
         verdicts[label] = verdict
         if judged.chosen.result_id is not None:  # the run page diffs evidence against it
-            _remember(cell, verdict, note=note, baseline_result_id=judged.chosen.result_id)
+            _remember(cell, verdict, baseline_result_id=judged.chosen.result_id)
         else:
-            _remember(cell, verdict, note=note)
-        if note is not None:
-            notes.append(note)
+            _remember(cell, verdict)
         if row.status == "ok":
             events += _track_regressions(session, run, row, judged.document, verdict,
                                          judged.chosen, policy)
@@ -363,6 +330,43 @@ def judge_run(
         reasons = [*reasons[: MAX_REASONS - 1], f"... and {len(reasons) - MAX_REASONS + 1} more"]
     run.reasons = reasons
     return events
+
+
+def _second_opinion(session: Session, run: Run, cell: Cell, row: Result, judged: _Judged,
+                    known: dict[str, Any] | None, policy: DetectionPolicy, settings: Settings
+                    ) -> tuple[CellVerdict, dict[str, int] | None]:
+    """A suspect's verdict once its re-measure is in (`known`: the second pass), or its
+    re-measure queued (with the runs it queued), or why it could not be re-measured."""
+    verdict = judged.verdict
+    suspect_only = verdict.verdict == "inconclusive"
+    if known is not None:  # the second pass: the re-measure has ended
+        threshold = policy.threshold_for(cell.series_key)
+        outcome = confirmation.pooled_outcome(
+            verdict.ratio, confirmation.confirmation_outcome(session, cell, threshold),
+            threshold)
+        if outcome.verdict in ("pass", "improvement"):
+            what = "suspected drop" if suspect_only else "regression"
+            return _with_reason(verdict, f"{what} not confirmed: re-measure shows "
+                                f"{outcome.sentence}", first=True, kind="pass"), None
+        if outcome.verdict == "regression":
+            return _with_reason(verdict, f"confirmed by re-measure: {outcome.sentence}",
+                                kind="regression"), None
+        if outcome.verdict == "inconclusive":
+            return _with_reason(verdict, f"re-measure inconclusive: {outcome.sentence}",
+                                first=True, kind="inconclusive"), None
+        # the re-measure failed: a real regression must not hide behind it
+        return _with_reason(verdict, f"unconfirmed: {outcome.sentence}"), None
+    why_not = confirmation.why_unconfirmable(run, policy, judged.chosen.result_id, settings)
+    if why_not is None:
+        assert judged.chosen.result_id is not None
+        candidate, baseline = confirmation.request_confirmation(
+            session, run, cell, row, judged.chosen.result_id, policy, settings)
+        what = "drop suspected" if suspect_only else "regression suspected"
+        return _with_reason(verdict, f"{what}: confirming (re-measure queued as runs "
+                            f"{candidate.id} and {baseline.id})", first=True), {
+            "candidate_run_id": candidate.id, "baseline_run_id": baseline.id}
+    return _with_reason(verdict, f"{'not re-measured' if suspect_only else 'unconfirmed'}: "
+                        f"{why_not}"), None
 
 
 def _judge_confirm_run(session: Session, run: Run) -> None:

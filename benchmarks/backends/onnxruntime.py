@@ -316,23 +316,8 @@ class OnnxRuntimeBackend:
         try:
             exported_path = workdir / "model.onnx"
             keeps: dict[str, bytes] = {}
-            try:
-                if loaded is not None:
-                    meta = json.loads(loaded[ORT_BUILD_META])
-                    exporter, opset = str(meta["exporter"]), int(meta["opset"])
-                    exported_path.write_bytes(loaded[ORT_EXPORTED])
-                else:
-                    exporter, opset = _export(model, example, exported_path, spec)
-            except OnnxExportError as exc:
-                if model_ref.parse(spec.model, allow_absolute=True).builtin:
-                    raise  # the built-in models export: failing to is a finding
-                # A model of the user's that no exporter takes is a property of the model
-                # (data-dependent control flow, an op without a translation): skipped.
-                why = re.sub(r"\x1b\[[0-9;]*m", "", str(exc).removeprefix("ONNX export failed: "))
-                raise BackendUnavailable(
-                    f"model {spec.model} cannot be exported to ONNX ({why})") from exc
+            exporter, opset, meta = _exported(model, example, spec, loaded, exported_path)
             exported = onnx.load(str(exported_path))
-            exported_counts = node_counts(exported)
 
             weights: dict[str, np.ndarray] = {}
             session_path = exported_path
@@ -357,19 +342,8 @@ class OnnxRuntimeBackend:
 
             level_name = opt_level_name(spec)
             threads = int(spec.options.get("intra_op_threads", torch.get_num_threads()))
-            options = ort.SessionOptions()
-            options.graph_optimization_level = _opt_level(level_name)
-            # the eager baseline's thread count, so neither side gets more cores
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            # errors only: saving an NCHWc-optimized graph warns on every compile
-            options.log_severity_level = 3
             optimized_path = workdir / "model.optimized.onnx"
-            options.optimized_model_filepath = str(optimized_path)
-            if spec.options.get("ort_allow_spinning") is not None:
-                options.add_session_config_entry(
-                    "session.intra_op.allow_spinning",
-                    "1" if spec.options["ort_allow_spinning"] else "0")
+            options = _session_options(ort, spec, level_name, threads, optimized_path)
             providers = _providers(spec)
             session = ort.InferenceSession(str(session_path), options, providers=providers)
             # the profile pass's session reads the same graph (benchmarks.profile); only a
@@ -381,20 +355,13 @@ class OnnxRuntimeBackend:
                     f"onnxruntime fell back to {session.get_providers()[0]} instead of {wanted}")
 
             optimized = onnx.load(str(optimized_path), load_external_data=False)
-            counts = node_counts(optimized)
-            domains = domain_counts(optimized)
         finally:
             if not keep_dir:
                 shutil.rmtree(workdir, ignore_errors=True)
 
         run = _BoundSession(session, weights, example, spec)
-        evidence: dict[str, Any] = {
-            "onnx_node_counts": counts,
-            "onnx_nodes_total": sum(counts.values()),
-            "onnx_node_domains": domains,
-            "onnx_exported_node_counts": exported_counts,
-            "onnx_exported_nodes_total": sum(exported_counts.values()),
-            "onnx_initializers": len(optimized.graph.initializer),
+        evidence = {
+            **_graph_evidence(exported, optimized),
             "onnx_graph_inputs": len(session.get_inputs()),
             "onnx_weight_inputs": len(weights),
             "onnx_exporter": exporter,
@@ -413,6 +380,60 @@ class OnnxRuntimeBackend:
                         versions={"onnxruntime": ort.__version__, "onnx": onnx.__version__},
                         build_choices=graph_choices(optimized), profile=profile,
                         artifacts=keeps or None)
+
+
+def _graph_evidence(exported: Any, optimized: Any) -> dict[str, Any]:
+    """What the exporter made and what ONNX Runtime's optimiser left of it."""
+    counts, exported_counts = node_counts(optimized), node_counts(exported)
+    return {
+        "onnx_node_counts": counts,
+        "onnx_nodes_total": sum(counts.values()),
+        "onnx_node_domains": domain_counts(optimized),
+        "onnx_exported_node_counts": exported_counts,
+        "onnx_exported_nodes_total": sum(exported_counts.values()),
+        "onnx_initializers": len(optimized.graph.initializer),
+    }
+
+
+def _exported(model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec,
+              loaded: dict[str, bytes] | None, path: Path) -> tuple[str, int, dict[str, Any]]:
+    """(exporter, opset, the stored build's metadata) with the ONNX graph written to `path`:
+    exported here, or the one a cached build kept. A model of the user's that no exporter
+    takes is skipped, not failed."""
+    meta: dict[str, Any] = {}
+    try:
+        if loaded is not None:
+            meta = json.loads(loaded[ORT_BUILD_META])
+            path.write_bytes(loaded[ORT_EXPORTED])
+            return str(meta["exporter"]), int(meta["opset"]), meta
+        exporter, opset = _export(model, example, path, spec)
+        return exporter, opset, meta
+    except OnnxExportError as exc:
+        if model_ref.parse(spec.model, allow_absolute=True).builtin:
+            raise  # the built-in models export: failing to is a finding
+        # A model of the user's that no exporter takes is a property of the model
+        # (data-dependent control flow, an op without a translation): skipped.
+        why = re.sub(r"\x1b\[[0-9;]*m", "", str(exc).removeprefix("ONNX export failed: "))
+        raise BackendUnavailable(
+            f"model {spec.model} cannot be exported to ONNX ({why})") from exc
+
+
+def _session_options(ort: Any, spec: BenchSpec, level_name: str, threads: int,
+                     optimized_path: Path) -> Any:
+    """The session's options: the level, eager's thread count (so neither side gets more
+    cores), and where ONNX Runtime saves the graph it optimised (read for the evidence)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = _opt_level(level_name)
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # errors only: saving an NCHWc-optimized graph warns on every compile
+    options.log_severity_level = 3
+    options.optimized_model_filepath = str(optimized_path)
+    if spec.options.get("ort_allow_spinning") is not None:
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning",
+            "1" if spec.options["ort_allow_spinning"] else "0")
+    return options
 
 
 def _profile_session(graph: bytes, weights: dict[str, np.ndarray], example: torch.Tensor,

@@ -206,8 +206,8 @@ def test_an_unknown_compile_cache_is_one_line_before_anything_runs(command: list
                                       "--project", "p", "--revision", "r"],
                                      ["demo", "--exit-when-done"], ["bench"]])
 @pytest.mark.parametrize(("flag", "value", "says"), [
-    ("--builds", "fast", "'fast' is not pinned or as-shipped"),
-    ("--max-host-load", "0", "0.0 is not a number of cores above 0"),
+    ("--builds", "fast", "'fast' is not one of pinned, as-shipped"),
+    ("--max-host-load", "0", "0.0 must be > 0"),
 ])
 def test_a_bad_build_mode_or_load_threshold_is_one_line_naming_the_flag(
         command: list[str], flag: str, value: str, says: str) -> None:
