@@ -160,14 +160,14 @@ def undecided_cause(result: BenchResult, baseline: Baseline | None,
         spread = build.get("spread")
         apart = f", their speedups {spread:.1%} apart" if isinstance(spread, float) else ""
         return (f"why undecided: its {build['distinct']} builds chose differently{apart} "
-                "(builds as shipped): measure with --builds pinned, or allow more processes "
-                "(--max-processes) to average over builds")
+                "(builds as shipped): measure with timing.builds pinned, or allow more "
+                "processes (timing.max_processes) to average over builds")
     fingerprint = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
     load = fingerprint.get("host_load")
     if isinstance(load, Mapping) and load.get("loaded"):
         return (f"why undecided: the host was busy ({float(load.get('other_cores') or 0):.1f} "
                 "other cores): re-run on a quiet runner, or give benchmarks cores of their "
-                "own (SPEEDWATCH_BENCH_CORES)")
+                "own (the worker host's benchmark cores: see the configuration)")
     if result.speedup is None:
         return None
     own = log_half_width(result.speedup)
@@ -185,13 +185,15 @@ def undecided_cause(result: BenchResult, baseline: Baseline | None,
     if stopped == "budget":
         budget = timing.get("budget_seconds")
         return (f"why undecided: {width} when the timing budget ({budget:g} s) ran out at "
-                f"{k} processes: raise --budget (or --max-seconds), or the threshold{would}"
+                f"{k} processes: raise timing.budget_seconds (or timing.max_seconds), or the "
+                f"threshold{would}"
                 if isinstance(budget, (int, float)) else
-                f"why undecided: {width}: raise --budget{would}")
+                f"why undecided: {width}: raise timing.budget_seconds{would}")
     if stopped == "max_processes":
-        return (f"why undecided: {width} at the process limit ({k}): raise --max-processes "
-                f"(or --budget), or the threshold{would}")
-    return f"why undecided: {width}: measure more processes (--processes), or raise the threshold"
+        return (f"why undecided: {width} at the process limit ({k}): raise "
+                f"timing.max_processes (or timing.budget_seconds), or the threshold{would}")
+    return (f"why undecided: {width}: measure more processes (timing.processes), or raise "
+            "the threshold")
 
 
 def what_would_decide(adaptive: Mapping[str, Any], threshold: float) -> str:

@@ -65,18 +65,18 @@ def _why(new: BenchResult, base: BenchResult) -> str:
     return lines[0]
 
 
-def test_an_undecided_comparison_names_the_budget_that_ran_out_and_the_flag() -> None:
+def test_an_undecided_comparison_names_the_budget_that_ran_out_and_the_timing_field() -> None:
     new = measured(1.58, 0.03, evidence={"adaptive": {"stopped_by": "budget", "processes": 6}})
     line = _why(new, measured(1.6, 0.005))
     assert line == ("why undecided: the interval (+-3.0%) is too wide for a 3% threshold when "
-                    "the timing budget (30 s) ran out at 6 processes: raise --budget (or "
-                    "--max-seconds), or the threshold")
+                    "the timing budget (30 s) ran out at 6 processes: raise timing.budget_seconds "
+                    "(or timing.max_seconds), or the threshold")
 
 
 def test_an_undecided_comparison_names_the_process_limit() -> None:
     new = measured(1.58, 0.03, evidence={"adaptive": {"stopped_by": "max_processes",
                                                        "processes": 8}})
-    assert "at the process limit (8): raise --max-processes" in _why(new, measured(1.6, 0.005))
+    assert "at the process limit (8): raise timing.max_processes" in _why(new, measured(1.6, 0.005))
 
 
 def test_builds_that_chose_differently_are_named_before_the_budget() -> None:
@@ -85,8 +85,8 @@ def test_builds_that_chose_differently_are_named_before_the_budget() -> None:
         "build": {"mode": "as-shipped", "distinct": 3, "spread": 0.031}})
     assert _why(new, measured(1.6, 0.005)) == (
         "why undecided: its 3 builds chose differently, their speedups 3.1% apart (builds "
-        "as shipped): measure with --builds pinned, or allow more processes (--max-processes) "
-        "to average over builds")
+        "as shipped): measure with timing.builds pinned, or allow more processes "
+        "(timing.max_processes) to average over builds")
 
 
 def test_a_busy_host_is_named_with_what_to_do_about_it() -> None:
