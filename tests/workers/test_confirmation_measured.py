@@ -28,6 +28,9 @@ from workers.local import get_local_executor
 # Two processes per triggered cell, no adaptive additions: this test is about confirming.
 TIMING = {"warmup_iters": 5, "rounds": 6, "min_rounds": 6, "iters_per_round": 5,
           "bootstrap_resamples": 200, "processes": 2, "max_processes": 2}
+# Both sides in one child per unit (the CPU default gives each side its own child,
+# tests/benchmarks/test_split_sides.py): half the children, the same confirmation.
+SIDES = "paired"
 
 
 def request(revision: str, interpreter: str) -> RunCreate:
@@ -35,7 +38,8 @@ def request(revision: str, interpreter: str) -> RunCreate:
         "project": "confirm-measured", "revision": revision, "branch": "main",
         "environment": {"interpreter": interpreter},
         "matrix": {"models": ["resnet18"], "backends": ["onnxruntime"],
-                   "weights": ["constant"], "width": 8, "image_size": 32, "timing": TIMING},
+                   "weights": ["constant"], "width": 8, "image_size": 32, "sides": SIDES,
+                   "timing": TIMING},
     })
 
 
