@@ -121,12 +121,16 @@ class TimingPolicy:
     field is declared here once, with its bounds and its API description (`Knob`).
     """
 
-    warmup_iters: int = _knob(10, ge=0, le=10_000)
-    rounds: int = _knob(30, ge=1, le=100_000)
-    iters_per_round: int = _knob(10, ge=1, le=10_000)
+    warmup_iters: int = _knob(10, ge=0, le=10_000, description="warm-up calls of each side "
+                              "before the timing")
+    rounds: int = _knob(30, ge=1, le=100_000, description="timed rounds per process, at most "
+                        "(each side's calls alternate round by round)")
+    iters_per_round: int = _knob(10, ge=1, le=10_000, description="timed calls of each side "
+                                 "per round")
     # stop adding rounds past this much timing wall time
     max_seconds: float = _knob(30.0, gt=0, le=3_600, description="timing seconds per process")
-    min_rounds: int = _knob(5, ge=1, le=1_000, stored=(1, 100_000))
+    min_rounds: int = _knob(5, ge=1, le=1_000, stored=(1, 100_000), description="rounds "
+                            "timed even past max_seconds")
     # On a GPU both sides are timed as CUDA-graph replays unless the caller says otherwise
     # or capture is impossible (the result then records the fallback and its reason).
     # Without graphs the launch-bound path swings 1-9% between processes on an H100; with

@@ -39,11 +39,9 @@ from benchmarks.model_ref import BUILTIN_MODELS
 from cli.extras import needs
 from cli.help_format import Command
 from cli.timing_flags import (
-    BUILDS_HELP,
-    COMPILE_CACHE_HELP,
-    MAX_HOST_LOAD_HELP,
     host_load_setting,
     timing_flag_problem,
+    timing_option,
 )
 
 MODEL_FORMS = ("a built-in model (" + ", ".join(BUILTIN_MODELS) + "), package.module:factory "
@@ -138,24 +136,11 @@ def register(cli: typer.Typer) -> None:
             None, min=0, help="CPU threads for both sides; default 1 on the CPU (as `submit` "
             "and `demo`, so a local run lands in the same series); 0: the library's default "
             "(all cores).", rich_help_panel="Matrix"),
-        rounds: int | None = typer.Option(
-            None, min=1, help="Paired rounds per process (at "
-                                          "most; default: the service's timing defaults).",
-                                          rich_help_panel="Timing"),
-        min_rounds: int | None = typer.Option(
-            None, min=1,
-                                              help="Rounds measured even past --max-seconds.",
-                                              rich_help_panel="Timing"),
-        iters_per_round: int | None = typer.Option(
-            None, min=1,
-                                                   help="Timed calls per side per round.",
-                                                   rich_help_panel="Timing"),
-        warmup: int | None = typer.Option(
-            None, min=0, help="Warm-up calls per side.", rich_help_panel="Timing"),
-        max_seconds: float | None = typer.Option(
-            None, min=0.0,
-                                                 help="Timing seconds per process.",
-                                                 rich_help_panel="Timing"),
+        rounds: int | None = timing_option("rounds"),
+        min_rounds: int | None = timing_option("min_rounds"),
+        iters_per_round: int | None = timing_option("iters_per_round"),
+        warmup: int | None = timing_option("warmup_iters"),
+        max_seconds: float | None = timing_option("max_seconds"),
         cuda_graphs: bool = typer.Option(
             True, "--cuda-graphs/--no-cuda-graphs",
                                          help="Time CUDA-graph replays (GPU only; a failed "
@@ -176,27 +161,16 @@ def register(cli: typer.Typer) -> None:
         timeout: float = typer.Option(
             600.0, min=1.0, help="Per-process timeout with --isolate.",
             rich_help_panel="Isolation and output"),
-        processes: int | None = typer.Option(
-            None, min=1, max=16, help="Processes per spec at least (with --isolate; default "
-            "3): the CI then includes the variance between processes.", rich_help_panel="Timing"),
-        max_processes: int | None = typer.Option(
-            None, min=1, max=32, help="Adaptive: add processes until the CI half-width is "
-            "at most half of --threshold, up to this many (default 16 on CPU, 8 on GPU).",
-            rich_help_panel="Timing"),
-        budget: float | None = typer.Option(
-            None, min=0.0, help="Adaptive: stop adding processes once their timing seconds "
-            "reach this (default 45 on CPU, 16 on GPU; 0: none).", rich_help_panel="Timing"),
-        target_half_width: float | None = typer.Option(
-            None, min=0.0, max=0.49, help="Adaptive: a decided spec stops only once its CI "
-            "half-width is at most this fraction too (default 0.003 on GPU, 0.015 on CPU).",
-            rich_help_panel="Timing"),
-        compile_cache: str | None = typer.Option(
-            None, help=COMPILE_CACHE_HELP, rich_help_panel="Timing"),
-        builds: str | None = typer.Option(
-            None, help=BUILDS_HELP + " A comma list measures the modes side by side.",
-            rich_help_panel="Timing"),
-        max_host_load: float | None = typer.Option(
-            None, help=MAX_HOST_LOAD_HELP, rich_help_panel="Timing"),
+        processes: int | None = timing_option(
+            "processes", more="With --isolate: the CI then includes the variance between "
+            "processes."),
+        max_processes: int | None = timing_option("max_processes"),
+        budget: float | None = timing_option("budget_seconds"),
+        target_half_width: float | None = timing_option("target_half_width"),
+        compile_cache: str | None = timing_option("compile_cache"),
+        builds: str | None = timing_option(
+            "builds", more="A comma list measures the modes side by side."),
+        max_host_load: float | None = timing_option("max_host_load"),
         threshold: float = typer.Option(
             0.03, min=0.001, max=0.5, help="The regression threshold the measurement must "
             "be precise enough to judge at.", rich_help_panel="Timing"),
@@ -233,8 +207,7 @@ def register(cli: typer.Typer) -> None:
                 "max_host_load": max_host_load,
             }
             modes = [b.strip() for b in (builds or "").split(",") if b.strip()]
-            for problem in [timing_flag_problem(compile_cache=compile_cache,
-                                                max_host_load=max_host_load),
+            for problem in [timing_flag_problem(**given),
                             *(timing_flag_problem(builds=mode) for mode in modes)]:
                 if problem is not None:
                     raise BadInput(problem)

@@ -32,12 +32,7 @@ from cli.client import (
 )
 from cli.extras import needs
 from cli.help_format import Command
-from cli.timing_flags import (
-    BUILDS_HELP,
-    COMPILE_CACHE_HELP,
-    MAX_HOST_LOAD_HELP,
-    timing_flag_problem,
-)
+from cli.timing_flags import timing_flag_problem, timing_option
 
 
 def register(cli: typer.Typer) -> None:
@@ -152,10 +147,10 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_ERROR)
 
 
-def _check_timing_flags(compile_cache: str | None, builds: str | None,
-                        max_host_load: float | None) -> None:
-    problem = timing_flag_problem(compile_cache=compile_cache, builds=builds,
-                                  max_host_load=max_host_load)
+def _check_timing_flags(**values: str | float | None) -> None:
+    """One line naming the first timing flag whose value its field refuses (values by the
+    timing field's name)."""
+    problem = timing_flag_problem(**values)
     if problem is not None:
         raise _fail(problem)
 
@@ -224,38 +219,24 @@ def submit(
         None, help="split: each side timed alone in processes of its own (server default "
         "on the CPU); paired: both sides in every process (default on a GPU). A change "
         "starts a new series.", rich_help_panel="Matrix"),
-    rounds: int | None = typer.Option(
-        None, min=1, help="Timing rounds per process (at most).", rich_help_panel="Timing"),
-    iters_per_round: int | None = typer.Option(
-        None, min=1, help="Inferences per round.", rich_help_panel="Timing"),
-    warmup: int | None = typer.Option(
-        None, min=0, help="Warm-up inferences.", rich_help_panel="Timing"),
+    rounds: int | None = timing_option("rounds"),
+    iters_per_round: int | None = timing_option("iters_per_round"),
+    warmup: int | None = timing_option("warmup_iters"),
     cuda_graphs: bool | None = typer.Option(
         None, "--cuda-graphs/--no-cuda-graphs",
         help="GPU cells: time CUDA-graph replays (server default: on; a failed capture "
         "falls back and says so). A change of timing mode starts a new series.",
         rich_help_panel="Timing"),
-    max_seconds: float | None = typer.Option(
-        None, min=0.001, help="Timing seconds per process.", rich_help_panel="Timing"),
-    processes: int | None = typer.Option(
-        None, min=1, help="Processes per cell at least (default 3): the CI covers the variance "
-        "between processes, i.e. what a second run would see.", rich_help_panel="Timing"),
-    max_processes: int | None = typer.Option(
-        None, min=1, help="Adaptive: processes are added until the comparison with the baseline "
-        "is decided, up to this many.", rich_help_panel="Timing"),
-    budget: float | None = typer.Option(
-        None, min=0, help="Adaptive: timing seconds per cell at most (0: no budget).",
-        rich_help_panel="Timing"),
-    target_half_width: float | None = typer.Option(
-        None, help="Adaptive: a decided cell stops only once its CI half-width is at most "
-        "this fraction too (server default 0.003 on a GPU, 0.015 on the CPU).",
-        rich_help_panel="Timing"),
-    compile_cache: str | None = typer.Option(
-        None, help=COMPILE_CACHE_HELP, rich_help_panel="Timing"),
-    builds: str | None = typer.Option(
-        None, help=BUILDS_HELP, rich_help_panel="Timing"),
-    max_host_load: float | None = typer.Option(
-        None, help=MAX_HOST_LOAD_HELP, rich_help_panel="Timing"),
+    max_seconds: float | None = timing_option("max_seconds"),
+    processes: int | None = timing_option(
+        "processes", more="The CI covers the variance between processes, i.e. what a second "
+        "run would see."),
+    max_processes: int | None = timing_option("max_processes"),
+    budget: float | None = timing_option("budget_seconds"),
+    target_half_width: float | None = timing_option("target_half_width"),
+    compile_cache: str | None = timing_option("compile_cache"),
+    builds: str | None = timing_option("builds"),
+    max_host_load: float | None = timing_option("max_host_load"),
     idempotency_key: str | None = typer.Option(
         None, help="Same key = same run on retry (default: identical request = same run).",
         rich_help_panel="Waiting and reports"),
@@ -317,7 +298,11 @@ def submit(
     try:
         if sides is not None and sides not in ("paired", "split"):
             raise _fail(f"--sides: {sides!r} is not paired or split")
-        _check_timing_flags(compile_cache, builds, max_host_load)
+        _check_timing_flags(
+            rounds=rounds, iters_per_round=iters_per_round, warmup_iters=warmup,
+            max_seconds=max_seconds, processes=processes, max_processes=max_processes,
+            budget_seconds=budget, target_half_width=target_half_width,
+            compile_cache=compile_cache, builds=builds, max_host_load=max_host_load)
         if threads is None and device == "cpu":
             threads = 1
         matrix = MatrixOptions(device=device, image_size=image_size, width=width,
@@ -402,23 +387,20 @@ def demo(
     sides: str | None = typer.Option(
         None, help="split (each side alone in its processes; CPU default) or paired (both "
         "in every process; GPU default)."),
-    rounds: int | None = typer.Option(None, min=1, help="Timing rounds per process (at most)."),
-    iters_per_round: int | None = typer.Option(None, min=1, help="Inferences per round."),
-    warmup: int | None = typer.Option(None, min=0, help="Warm-up inferences."),
+    rounds: int | None = timing_option("rounds", panel=None),
+    iters_per_round: int | None = timing_option("iters_per_round", panel=None),
+    warmup: int | None = timing_option("warmup_iters", panel=None),
     cuda_graphs: bool | None = typer.Option(
         None, "--cuda-graphs/--no-cuda-graphs", help="GPU: time CUDA-graph replays "
         "(default on)."),
-    max_seconds: float | None = typer.Option(None, help="Timing seconds per process."),
-    processes: int | None = typer.Option(None, help="Processes per cell at least (default 3)."),
-    max_processes: int | None = typer.Option(None, help="Adaptive: processes at most."),
-    budget: float | None = typer.Option(None, help="Adaptive: timing seconds per cell at most."),
-    target_half_width: float | None = typer.Option(
-        None, help="Adaptive: CI half-width a decided cell must reach too (default 0.003 "
-        "on a GPU, 0.015 on the CPU)."),
-    compile_cache: str | None = typer.Option(
-        None, help=COMPILE_CACHE_HELP),
-    builds: str | None = typer.Option(None, help=BUILDS_HELP),
-    max_host_load: float | None = typer.Option(None, help=MAX_HOST_LOAD_HELP),
+    max_seconds: float | None = timing_option("max_seconds", panel=None),
+    processes: int | None = timing_option("processes", panel=None),
+    max_processes: int | None = timing_option("max_processes", panel=None),
+    budget: float | None = timing_option("budget_seconds", panel=None),
+    target_half_width: float | None = timing_option("target_half_width", panel=None),
+    compile_cache: str | None = timing_option("compile_cache", panel=None),
+    builds: str | None = timing_option("builds", panel=None),
+    max_host_load: float | None = timing_option("max_host_load", panel=None),
     exit_when_done: bool = typer.Option(
         False, "--exit-when-done", help="Stop serving once the run finished (scripts, tests)."
     ),
@@ -434,7 +416,11 @@ def demo(
         raise _fail(f"--device: {device!r} is not cpu or cuda")
     if sides is not None and sides not in ("paired", "split"):
         raise _fail(f"--sides: {sides!r} is not paired or split")
-    _check_timing_flags(compile_cache, builds, max_host_load)
+    _check_timing_flags(
+        rounds=rounds, iters_per_round=iters_per_round, warmup_iters=warmup,
+        max_seconds=max_seconds, processes=processes, max_processes=max_processes,
+        budget_seconds=budget, target_half_width=target_half_width,
+        compile_cache=compile_cache, builds=builds, max_host_load=max_host_load)
     if not _port_free(host, port):
         raise _fail(f"port {port} on {host} is in use; pass --port")
     data_dir = data_dir.resolve()

@@ -18,6 +18,7 @@ import typer
 from cli.client import EXIT_ERROR, EXIT_PASS, Api, ClientError, Watched, follow
 from cli.help_format import Command
 from cli.submit import MatrixOptions, _ints, _split
+from cli.timing_flags import timing_flag_problem, timing_option
 
 URL = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000")
 TOKEN = typer.Option(..., envvar="SPEEDWATCH_TOKEN", help="Token with the ci scope.")
@@ -47,6 +48,10 @@ def _matrix(model: list[str] | None, backend: list[str] | None, weights: list[st
             rounds: int | None) -> dict[str, Any]:
     if sides is not None and sides not in ("paired", "split"):
         raise ClientError(f"--sides: {sides!r} is not paired or split")
+    problem = timing_flag_problem(processes=processes, max_processes=max_processes,
+                                  budget_seconds=budget, max_seconds=max_seconds, rounds=rounds)
+    if problem is not None:
+        raise ClientError(problem)
     matrix = MatrixOptions(device=device, image_size=image_size, width=width,
                            threads=threads, sides=sides)
     for attr, values in (("models", model), ("backends", backend), ("weights", weights),
@@ -178,11 +183,11 @@ BATCH = typer.Option(None, help="Batch sizes, e.g. 1.")
 DEVICE = typer.Option("cpu", help='"cpu", "cuda" or a GPU class the server routes.')
 THREADS = typer.Option(None, help="CPU threads for both sides (1 = steadier on a shared host).")
 SIDES = typer.Option(None, help="split or paired (server default by device).")
-PROCESSES = typer.Option(None, help="Processes per cell at least (default 3).")
-MAX_PROCESSES = typer.Option(None, help="Adaptive: processes at most.")
-BUDGET = typer.Option(None, help="Adaptive: timing seconds per cell at most.")
-MAX_SECONDS = typer.Option(None, help="Timing seconds per process.")
-ROUNDS = typer.Option(None, help="Timing rounds per process (at most).")
+PROCESSES = timing_option("processes", panel=None)
+MAX_PROCESSES = timing_option("max_processes", panel=None)
+BUDGET = timing_option("budget_seconds", panel=None)
+MAX_SECONDS = timing_option("max_seconds", panel=None)
+ROUNDS = timing_option("rounds", panel=None)
 WAIT = typer.Option(False, "--wait", help="Follow it to the end; exit 0 done, 2 otherwise.")
 TIMEOUT = typer.Option(6 * 3600.0, help="Seconds to wait with --wait.")
 POLL = typer.Option(5.0, help="Seconds between polls with --wait.")

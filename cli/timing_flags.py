@@ -1,33 +1,64 @@
-"""The timing flags `bench`, `submit` and `demo` share: help and checks made from the timing
-fields' one declaration (benchmarks.spec.TimingPolicy), so the three commands and the API say
-the same thing and refuse the same values, the CLI with one line naming the flag."""
+"""The timing flags `bench`, `submit` and `demo` share, made from the timing fields' one
+declaration (benchmarks.spec.TimingPolicy): each flag's help is the field's API
+description and its check the field's bounds, so the three commands and the API say the
+same thing and refuse the same values, the CLI with one line naming the flag."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from benchmarks.spec import timing_knob
+import typer
+
+from benchmarks.spec import default_timing, timing_knob
+
+# The flags whose name is not their timing field's.
+_FLAG_NAMES = {"warmup_iters": "warmup", "budget_seconds": "budget"}
+# The fields a command takes as plain value flags (cuda_graphs is a --x/--no-x switch).
+VALUE_FIELDS = ("rounds", "min_rounds", "iters_per_round", "warmup_iters", "max_seconds",
+                "processes", "max_processes", "budget_seconds", "target_half_width",
+                "compile_cache", "builds", "max_host_load")
+
+
+def flag_of(field: str) -> str:
+    """The command-line flag of the timing field `field`."""
+    return "--" + _FLAG_NAMES.get(field, field).replace("_", "-")
 
 
 def flag_help(name: str) -> str:
-    """The API's description of the timing field `name`, as the flag's help."""
-    return timing_knob(name).description or ""
+    """The API's description of the timing field `name`, as a flag's help: a sentence."""
+    text = timing_knob(name).description or ""
+    return f"{text[:1].upper()}{text[1:]}." if text else ""
 
 
-COMPILE_CACHE_HELP = flag_help("compile_cache")
-BUILDS_HELP = flag_help("builds")
-MAX_HOST_LOAD_HELP = flag_help("max_host_load")
+def _defaults(field: str) -> str:
+    cpu, gpu = getattr(default_timing("cpu"), field), getattr(default_timing("cuda"), field)
+    return f"Default {cpu:g} on the CPU, {gpu:g} on a GPU."
+
+
+# "Default X on the CPU, Y on a GPU." of the fields whose defaults differ by device and
+# whose description does not say them
+DEVICE_DEFAULTS = {f: _defaults(f) for f in ("max_processes", "budget_seconds")}
+
+
+def timing_option(field: str, *, more: str = "", panel: str | None = "Timing") -> Any:
+    """The option of a timing field: its flag, no default (the spec's or the server's), its
+    help from the declaration plus `more`. Its bounds are checked by `timing_flag_problem`
+    (one line naming the flag), not by typer."""
+    parts = (flag_help(field), DEVICE_DEFAULTS.get(field, ""), more)
+    return typer.Option(None, flag_of(field), help=" ".join(p for p in parts if p),
+                        rich_help_panel=panel)
 
 
 def timing_flag_problem(**values: str | float | None) -> str | None:
-    """The first flag (a timing field's name) whose value its declaration refuses, as the one
-    line to show; None if all can be used."""
+    """The first flag (named by its timing field) whose value the field's declaration
+    refuses, as the one line to show; None if all can be used."""
     for name, value in values.items():
         if value is None:
             continue
         why = timing_knob(name).refuses(value, stored=False)
         if why is not None:
-            return f"--{name.replace('_', '-')}: {value!r} {why}"
+            return f"{flag_of(name)}: {value!r} {why}"
     return None
 
 

@@ -187,8 +187,26 @@ def test_a_zero_count_is_refused_by_the_flag_before_any_request() -> None:
     done = speedwatch("submit", "--url", "http://127.0.0.1:9", "--token", "x", "--project",
                       "p", "--revision", "r", "--rounds", "0")
     assert done.returncode == 2
-    assert "Invalid value for '--rounds'" in done.stderr
-    assert "min_rounds" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line == "error: --rounds: 0 must be >= 1", line
+
+
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--warmup", "-1", "--warmup: -1 must be >= 0"),
+    ("--budget", "-5", "--budget: -5.0 must be >= 0"),
+    ("--max-seconds", "0", "--max-seconds: 0.0 must be > 0"),
+    ("--processes", "17", "--processes: 17 must be <= 16"),
+    ("--target-half-width", "0.5", "--target-half-width: 0.5 must be < 0.5"),
+])
+@pytest.mark.parametrize("command", [["submit", "--url", "http://127.0.0.1:9", "--token", "x",
+                                      "--project", "p", "--revision", "r"], ["bench"]])
+def test_every_timing_flag_is_held_to_its_fields_bounds_in_one_line(
+        command: list[str], flag: str, value: str, says: str) -> None:
+    """The bounds are the API's (benchmarks.spec.TimingPolicy declares them once)."""
+    done = speedwatch(*command, flag, value)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line == f"error: {says}", line
 
 
 @pytest.mark.parametrize("command", [["submit", "--url", "http://127.0.0.1:9", "--token", "x",
