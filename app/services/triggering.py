@@ -50,30 +50,7 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
             "matrix.device", f"{matrix.device!r} is not one of {', '.join(settings.devices())}"
         ) from None
     spec_device = "cpu" if matrix.device == "cpu" else "cuda"
-    timing = replace(default_timing(spec_device), max_host_load=settings.max_host_load)
-    asked = matrix.timing.model_dump(exclude_none=True) if matrix.timing is not None else {}
-    timing = replace(timing, **asked)
-    if timing.min_rounds > timing.rounds:
-        if "min_rounds" in asked:
-            raise InvalidRequest("matrix.timing.min_rounds", "must not exceed rounds")
-        timing = replace(timing, min_rounds=timing.rounds)
-    if timing.max_processes and timing.max_processes < timing.processes:
-        if "max_processes" in asked:
-            raise InvalidRequest("matrix.timing.max_processes", "must not be below processes")
-        timing = replace(timing, max_processes=timing.processes)
-    base = BenchSpec(device=spec_device, timing=timing)
-    if matrix.image_size is not None:
-        base = replace(base, image_size=matrix.image_size)
-    if matrix.width is not None:
-        base = replace(base, width=matrix.width)
-    options: dict[str, Any] = {}
-    if matrix.threads is not None:
-        options["threads"] = matrix.threads
-    sides = matrix.sides or default_sides(spec_device)
-    if sides != "paired":  # the default design leaves no trace in the spec or the key
-        options["sides"] = sides
-    if options:
-        base = replace(base, options=options)
+    base = _base_spec(matrix, spec_device, settings)
 
     for i, model in enumerate(matrix.models):
         refusal = model_refusal(model, settings.model_packages)
@@ -123,6 +100,36 @@ def expand_matrix(matrix: MatrixIn, settings: Settings) -> list[PlannedCell]:
                              "backend, precision 'int8' onnxruntime or tensorrt, an opt_level "
                              "a backend that has it)")
     return planned
+
+
+def _base_spec(matrix: MatrixIn, spec_device: str, settings: Settings) -> BenchSpec:
+    """What every cell of the matrix shares: the timing (the device's defaults, the server's
+    load guard, what the request asked), the model's size, threads and sides."""
+    timing = replace(default_timing(spec_device), max_host_load=settings.max_host_load)
+    asked = matrix.timing.model_dump(exclude_none=True) if matrix.timing is not None else {}
+    timing = replace(timing, **asked)
+    if timing.min_rounds > timing.rounds:
+        if "min_rounds" in asked:
+            raise InvalidRequest("matrix.timing.min_rounds", "must not exceed rounds")
+        timing = replace(timing, min_rounds=timing.rounds)
+    if timing.max_processes and timing.max_processes < timing.processes:
+        if "max_processes" in asked:
+            raise InvalidRequest("matrix.timing.max_processes", "must not be below processes")
+        timing = replace(timing, max_processes=timing.processes)
+    base = BenchSpec(device=spec_device, timing=timing)
+    if matrix.image_size is not None:
+        base = replace(base, image_size=matrix.image_size)
+    if matrix.width is not None:
+        base = replace(base, width=matrix.width)
+    options: dict[str, Any] = {}
+    if matrix.threads is not None:
+        options["threads"] = matrix.threads
+    sides = matrix.sides or default_sides(spec_device)
+    if sides != "paired":  # the default design leaves no trace in the spec or the key
+        options["sides"] = sides
+    if options:
+        base = replace(base, options=options)
+    return base
 
 
 def _unique(values: list[Any]) -> list[Any]:
