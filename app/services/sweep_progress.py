@@ -370,53 +370,72 @@ def advance(session: Session, sweep: Sweep, settings: Settings) -> None:
     if last is None:
         step("good", {})
         return
-    outcome = last["outcome"]
-    if last["role"] == "good":
-        if outcome != "good":
-            _save(sweep, state)
-            _finish(session, sweep, "failed", f"the good environment "
+    after = {"good": _after_good, "bad": _after_bad, "probe": _after_probe}.get(
+        last["role"], _after_bisect_step)
+    after(session, sweep, state, last, step)
+
+
+def _after_good(session: Session, sweep: Sweep, state: dict[str, Any], last: dict[str, Any],
+                step: Any) -> None:
+    """The good environment measured: the bad one next, unless the good one failed."""
+    if last["outcome"] != "good":
+        _save(sweep, state)
+        _finish(session, sweep, "failed", f"the good environment "
+                f"({pins_text(last['pins'])}) could not be measured: {last.get('error')}")
+        return
+    step("bad", {p["name"]: p["bad"] for p in state["packages"]})
+
+
+def _after_bad(session: Session, sweep: Sweep, state: dict[str, Any], last: dict[str, Any],
+               step: Any) -> None:
+    """The bad environment measured: probe each package alone (or bisect the only one),
+    unless the drop does not reproduce."""
+    outcome, packages = last["outcome"], state["packages"]
+    if outcome != "bad":
+        _save(sweep, state)
+        if outcome == "failed":
+            _finish(session, sweep, "failed", f"the bad environment "
                     f"({pins_text(last['pins'])}) could not be measured: {last.get('error')}")
-            return
-        step("bad", {p["name"]: p["bad"] for p in packages})
+        elif outcome == "good":
+            _finish(session, sweep, "done", "the drop does not reproduce, nothing to "
+                    f"bisect: {last['sentence']}")
+        else:
+            _finish(session, sweep, "done", "undecided whether the bad environment is "
+                    f"slower, nothing to bisect: {last['sentence']}")
         return
-    if last["role"] == "bad":
-        if outcome != "bad":
-            _save(sweep, state)
-            if outcome == "failed":
-                _finish(session, sweep, "failed", f"the bad environment "
-                        f"({pins_text(last['pins'])}) could not be measured: "
-                        f"{last.get('error')}")
-            elif outcome == "good":
-                _finish(session, sweep, "done", "the drop does not reproduce, nothing to "
-                        f"bisect: {last['sentence']}")
-            else:
-                _finish(session, sweep, "done", "undecided whether the bad environment is "
-                        f"slower, nothing to bisect: {last['sentence']}")
-            return
-        if len(packages) == 1:
-            packages[0].update(status="moved", hi_step=last["n"])
-            _bisect_next(session, sweep, state, step)
-            return
-        state["current"] = 0
-        first = packages[0]
-        step("probe", {first["name"]: first["bad"]}, first["name"], first["bad"])
-        return
-    if last["role"] == "probe":
-        current = int(state.get("current", 0))
-        package = packages[current]
-        package["status"] = {"bad": "moved", "good": "not moved", "failed": "untestable",
-                             "inconclusive": "unclear"}[outcome]
-        if outcome == "bad":
-            package["hi_step"] = last["n"]
-        if current + 1 < len(packages):
-            state["current"] = current + 1
-            nxt = packages[current + 1]
-            step("probe", {nxt["name"]: nxt["bad"]}, nxt["name"], nxt["bad"])
-            return
+    if len(packages) == 1:
+        packages[0].update(status="moved", hi_step=last["n"])
         _bisect_next(session, sweep, state, step)
         return
-    # a bisection step of the package under search
-    package = next(p for p in packages if p["name"] == last["package"])
+    state["current"] = 0
+    first = packages[0]
+    step("probe", {first["name"]: first["bad"]}, first["name"], first["bad"])
+
+
+def _after_probe(session: Session, sweep: Sweep, state: dict[str, Any], last: dict[str, Any],
+                 step: Any) -> None:
+    """One package moved alone: the next package's probe, or the bisection of those that
+    moved."""
+    outcome, packages = last["outcome"], state["packages"]
+    current = int(state.get("current", 0))
+    package = packages[current]
+    package["status"] = {"bad": "moved", "good": "not moved", "failed": "untestable",
+                         "inconclusive": "unclear"}[outcome]
+    if outcome == "bad":
+        package["hi_step"] = last["n"]
+    if current + 1 < len(packages):
+        state["current"] = current + 1
+        nxt = packages[current + 1]
+        step("probe", {nxt["name"]: nxt["bad"]}, nxt["name"], nxt["bad"])
+        return
+    _bisect_next(session, sweep, state, step)
+
+
+def _after_bisect_step(session: Session, sweep: Sweep, state: dict[str, Any],
+                       last: dict[str, Any], step: Any) -> None:
+    """A bisection step of the package under search narrows its range."""
+    outcome = last["outcome"]
+    package = next(p for p in state["packages"] if p["name"] == last["package"])
     index = int(last["index"])
     if outcome == "bad":
         package.update(hi=index, hi_step=last["n"])
