@@ -14,10 +14,6 @@ from benchmarks.spec import default_timing, timing_knob
 
 # The flags whose name is not their timing field's.
 _FLAG_NAMES = {"warmup_iters": "warmup", "budget_seconds": "budget"}
-# The fields a command takes as plain value flags (cuda_graphs is a --x/--no-x switch).
-VALUE_FIELDS = ("rounds", "min_rounds", "iters_per_round", "warmup_iters", "max_seconds",
-                "processes", "max_processes", "budget_seconds", "target_half_width",
-                "compile_cache", "builds", "max_host_load")
 
 
 def flag_of(field: str) -> str:
