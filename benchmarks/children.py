@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import build, fingerprint, host, prepared
+from benchmarks import build, fingerprint, forkserver, host, prepared
 from benchmarks.result import BenchResult, ResultError
 from benchmarks.spec import (
     LATER_PROCESS_OPTION,
@@ -177,7 +177,8 @@ def _host_tuning_cache(spec: BenchSpec, child_env: dict[str, str],
 class Child:
     """One benchmark child process: started by `start_child`, ended by `finish`."""
 
-    def __init__(self, spec: BenchSpec, proc: subprocess.Popen[bytes], out_path: Path,
+    def __init__(self, spec: BenchSpec,
+                 proc: subprocess.Popen[bytes] | forkserver.ForkedProcess, out_path: Path,
                  log_path: Path) -> None:
         self.spec, self.proc, self.out_path, self.log_path = spec, proc, out_path, log_path
         self.timed_out = False
@@ -202,6 +203,8 @@ class Child:
         if self.timed_out:
             return failed_result(self.spec, f"timed out after {timeout_s or 0:g}s", tail, started)
         returncode = self.proc.returncode
+        if returncode is None:  # not reaped even after the kill: report it as killed
+            returncode = -signal.SIGKILL
         if returncode == 0 and self.out_path.exists():
             try:
                 result = BenchResult.from_json(self.out_path.read_text(encoding="utf-8"))
@@ -238,7 +241,14 @@ def start_child(
     if spec.timing.compile_cache == "process":
         _fresh_compile_caches(child_env, workdir, env)
     _host_tuning_cache(spec, child_env, env)
-    cmd = [python, "-m", "benchmarks.child", str(spec_path), str(out_path)]
+    argv = [str(spec_path), str(out_path)]
+    if not pass_fds and forkserver.setting(spec.device):
+        try:
+            return Child(spec, forkserver.spawn(python, child_env, cwd, argv, log_path),
+                         out_path, log_path)
+        except forkserver.ServerGone:
+            pass  # started fresh below: slower, never wrong
+    cmd = [python, "-m", "benchmarks.child", *argv]
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,

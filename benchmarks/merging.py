@@ -107,6 +107,8 @@ def _process_record(r: BenchResult) -> dict[str, Any]:
         record["timing_window"] = list(timing["window"])
     if isinstance(evidence.get("prepared_ahead"), dict):
         record["prepared_ahead"] = evidence["prepared_ahead"]
+    if evidence.get("process_start") in ("forked", "fresh"):
+        record["process_start"] = evidence["process_start"]
     return record
 
 

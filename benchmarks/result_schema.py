@@ -308,6 +308,8 @@ class ProcessEvidence(Open):
     phases: PhaseSeconds | None = None
     timing_window: Annotated[list[NonNegative], Field(min_length=2, max_length=2)] | None = None
     prepared_ahead: PreparedAhead | None = None
+    # "forked" from a warm server that had imported the harness (benchmarks.forkserver)
+    process_start: Literal["forked", "fresh"] | None = None
 
 
 class Resolvable(Open):
@@ -358,6 +360,7 @@ class EvidenceDocument(Open):
     compile: CompileEvidence | None = None
     build: BuildEvidence | None = None
     phases: PhaseSeconds | None = None
+    process_start: Literal["forked", "fresh"] | None = None
     fault: FaultEvidence | None = None
     processes: Annotated[list[ProcessEvidence], Field(max_length=MAX_PROCESSES)] | None = None
     ci_method: Method | None = None
