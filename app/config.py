@@ -88,6 +88,11 @@ class Settings(BaseSettings):
     # (each pass costs a bootstrap and competes with the next request). 0 = judge each
     # ingest right after its response.
     ingest_judge_delay_seconds: float = Field(default=0.5, ge=0, le=60)
+    # Who judges an ingested run: "api", this process, after the response (it shares the
+    # API's cores with the next uploads), or "worker": with the Celery executor the run id
+    # goes to the maintenance queue and a worker consuming it judges (the API judges
+    # itself when the broker does not take it; the reconciler's sweep catches the rest).
+    ingest_judging: Literal["api", "worker"] = "api"
     max_cell_attempts: int = Field(default=3, ge=1)
     # Cells sent to one queue together (a run's cells) are measured together by one
     # worker, one child process of each in turn, so a drift of the machine reaches all of

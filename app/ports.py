@@ -46,6 +46,15 @@ class DeliveryQueue(Protocol):
         (the caller leaves them pending)."""
 
 
+class JudgeQueue(Protocol):
+    """Where ingest runs go to be judged when a worker judges them (executor "celery"):
+    judging bootstraps over every round, so it is kept off the API process's cores."""
+
+    def send(self, run_ids: Sequence[int], settings: Settings) -> None:
+        """Send each run id to the maintenance queue; raise if they could not all be sent
+        (the caller judges them itself)."""
+
+
 class PackageIndex(Protocol):
     """Where released versions of a package are read from (pip's configured index)."""
 
@@ -68,16 +77,17 @@ class _Wiring:
     cells: CellQueue
     deliveries: DeliveryQueue
     index: PackageIndex | None = None
+    judging: JudgeQueue | None = None
 
 
 _wiring: _Wiring | None = None
 
 
 def wire(*, cells: CellQueue, deliveries: DeliveryQueue,
-         index: PackageIndex | None = None) -> None:
+         index: PackageIndex | None = None, judging: JudgeQueue | None = None) -> None:
     """Install the queues every later send in this process goes through (idempotent)."""
     global _wiring
-    _wiring = _Wiring(cells, deliveries, index)
+    _wiring = _Wiring(cells, deliveries, index, judging)
 
 
 def unwire() -> None:
@@ -98,6 +108,13 @@ def delivery_queue() -> DeliveryQueue:
         raise QueueNotWired("no webhook delivery queue is wired in this process "
                             "(workers.dispatch.install() wires it)")
     return _wiring.deliveries
+
+
+def judge_queue() -> JudgeQueue:
+    if _wiring is None or _wiring.judging is None:
+        raise QueueNotWired("no judging queue is wired in this process "
+                            "(workers.dispatch.install() wires it)")
+    return _wiring.judging
 
 
 def package_index() -> PackageIndex:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import functools
 import hashlib
@@ -383,18 +384,45 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(tree: Path, dsn: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """`speedwatch serve` (one process, access log on) from `tree`, production settings."""
+BROKER_PASSWORD = "capacity-bench"
+
+
+def start_broker() -> tuple[subprocess.Popen[bytes], str]:
+    """A private redis-server (a password, nothing on disk) for `--judging worker`: the API
+    sends each upload's judging to it; no worker consumes it here, since a worker judges on
+    other cores than the API's in production and this measures the API process alone."""
+    port = free_port()
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--requirepass", BROKER_PASSWORD],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.connect(("127.0.0.1", port))
+            return process, f"redis://:{BROKER_PASSWORD}@127.0.0.1:{port}/0"
+        time.sleep(0.1)
+    process.kill()
+    raise SystemExit("the private redis-server did not start")
+
+
+def start_server(tree: Path, dsn: str, log: Path, judging: str = "api",
+                 broker_url: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """`speedwatch serve` (one process, access log on) from `tree`, production settings;
+    `judging` as SPEEDWATCH_INGEST_JUDGING (worker: the run ids go to `broker_url`)."""
     port = free_port()
     queue = f"capacity-{secrets.token_hex(3)}"
     # Production mode refuses URLs without a password. The PostgreSQL of this benchmark
-    # trusts local connections and ignores the one given; nothing here reaches the broker
-    # (an upload enqueues nothing, and the broker does not decide readiness).
+    # trusts local connections and ignores the one given; with `--judging api` nothing here
+    # reaches the broker (an upload enqueues nothing, and the broker does not decide
+    # readiness).
     env = {**os.environ, "SPEEDWATCH_ENVIRONMENT": "production",
            "SPEEDWATCH_DATABASE_URL": dsn.replace("postgres@", "postgres:capacity-bench@", 1),
            "SPEEDWATCH_EXECUTOR": "celery",
-           "SPEEDWATCH_BROKER_URL": "redis://:capacity-bench@127.0.0.1:6379/0",
+           "SPEEDWATCH_BROKER_URL": broker_url
+           or f"redis://:{BROKER_PASSWORD}@127.0.0.1:6379/0",
            "SPEEDWATCH_CPU_QUEUE": queue, "SPEEDWATCH_GPU_QUEUES": json.dumps({"cuda": queue}),
+           "SPEEDWATCH_INGEST_JUDGING": judging,
            "SPEEDWATCH_PUBLIC_READS": "false", "PYTHONPATH": str(tree)}
     where = subprocess.run([sys.executable, "-c", "import app; print(app.__file__)"], cwd=tree,
                            env=env, capture_output=True, text=True, check=True).stdout.strip()
@@ -746,7 +774,9 @@ def measure(args: argparse.Namespace) -> None:
     }
     print(f"{args.label}: {args.db} ({counts['results']} results, {series_count + 1} series), "
           f"code from {tree}, schema {summary['schema_revision']}", flush=True)
-    server, base = start_server(tree, dsn, out / "serve.log")
+    broker, broker_url = start_broker() if args.judging == "worker" else (None, None)
+    summary["judging"] = args.judging
+    server, base = start_server(tree, dsn, out / "serve.log", args.judging, broker_url)
     try:
         if args.requests:
             with (out / "reads.csv").open("w", newline="") as f:
@@ -772,6 +802,8 @@ def measure(args: argparse.Namespace) -> None:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
+        if broker is not None:
+            broker.kill()
         summary["uptime_after"] = uptime()
         summary["deleted_upload_runs"] = delete_uploads(dsn)
         log = (out / "serve.log").read_text(errors="replace").splitlines()
@@ -847,6 +879,8 @@ def main() -> None:
     m.add_argument("--upload-seconds", type=float, default=15.0)
     m.add_argument("--connections", type=int, default=32)
     m.add_argument("--p95-ms", type=float, default=200.0)
+    m.add_argument("--judging", choices=("api", "worker"), default="api",
+                   help="who judges the uploads (SPEEDWATCH_INGEST_JUDGING)")
     r = sub.add_parser("summarize", help="a summary from a measurement's raw files")
     r.add_argument("out", type=Path)
     r.add_argument("--label", required=True)

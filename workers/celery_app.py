@@ -29,6 +29,7 @@ RUN_CELL_TASK = "speedwatch.run_cell"
 RUN_CELLS_TASK = "speedwatch.run_cells"
 RECONCILE_TASK = "speedwatch.reconcile"
 DELIVER_WEBHOOK_TASK = "speedwatch.deliver_webhook"
+JUDGE_INGEST_TASK = "speedwatch.judge_ingest"
 
 
 def queue_names(settings: Settings) -> list[str]:
@@ -106,6 +107,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
         task_default_queue=settings.cpu_queue,
         task_create_missing_queues=False,
         task_routes={RECONCILE_TASK: {"queue": settings.maintenance_queue},
+                     JUDGE_INGEST_TASK: {"queue": settings.maintenance_queue},
                      DELIVER_WEBHOOK_TASK: {"queue": settings.webhook_queue}},
         task_acks_late=True,
         task_reject_on_worker_lost=True,

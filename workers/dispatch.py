@@ -157,6 +157,22 @@ def send_deliveries(delivery_ids: Sequence[int], settings: Settings) -> None:
         app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id], queue=settings.webhook_queue)
 
 
+def send_judging(run_ids: Sequence[int], settings: Settings) -> None:
+    """Send each ingest run id to the maintenance queue; the judge_ingest task judges it."""
+    from workers.celery_app import JUDGE_INGEST_TASK, celery_for
+
+    app = celery_for(settings)
+    for run_id in run_ids:
+        app.send_task(JUDGE_INGEST_TASK, args=[run_id], queue=settings.maintenance_queue)
+
+
+class CeleryJudgeQueue:
+    """app.ports.JudgeQueue: ingest runs to the broker (`send_judging`)."""
+
+    def send(self, run_ids: Sequence[int], settings: Settings) -> None:
+        send_judging(run_ids, settings)
+
+
 class ExecutorCellQueue:
     """app.ports.CellQueue: cells to the executor the settings name (`enqueue_cells`)."""
 
@@ -177,4 +193,4 @@ def install() -> None:
     from workers.environments import PipPackageIndex
 
     ports.wire(cells=ExecutorCellQueue(), deliveries=CeleryDeliveryQueue(),
-               index=PipPackageIndex())
+               index=PipPackageIndex(), judging=CeleryJudgeQueue())

@@ -10,6 +10,7 @@ from typing import Any
 from workers import dispatch, registry
 from workers.celery_app import (
     DELIVER_WEBHOOK_TASK,
+    JUDGE_INGEST_TASK,
     RECONCILE_TASK,
     RUN_CELL_TASK,
     RUN_CELLS_TASK,
@@ -50,6 +51,19 @@ def reconcile_task() -> dict[str, int]:
     from workers.reconciler import reconcile
 
     return reconcile().as_dict()
+
+
+@celery_app.task(name=JUDGE_INGEST_TASK, acks_late=True, reject_on_worker_lost=True)
+def judge_ingest(run_id: int) -> str:
+    """Judge an ingest run's new results, sent by the API after their upload committed
+    (app.services.results): the bootstrap runs here, not on the API's cores. An ingest
+    run is judged again from its rows whenever it gets a result, so a redelivered message
+    only decides it again."""
+    from app.config import get_settings
+    from app.services.results import judge_ingested
+
+    judge_ingested(int(run_id), get_settings())
+    return "judged"
 
 
 @celery_app.task(name=DELIVER_WEBHOOK_TASK, bind=True, acks_late=True, max_retries=None)

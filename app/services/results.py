@@ -26,6 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app import ports
 from app.config import Settings
 from app.environment_policy import model_refusal
 from app.errors import Conflict, InvalidRequest
@@ -141,11 +142,29 @@ class JudgingCoalescer:
     def _drain(self) -> None:
         with self._lock:
             pending, self._pending, self._timer = self._pending, {}, None
+        by_settings: dict[int, tuple[Settings, list[int]]] = {}
         for run_id, settings in sorted(pending.items()):
-            try:
-                judge_ingested(run_id, settings)
-            except Exception:  # a timer thread must not die silently; the sweep retries
-                log.exception("judging ingest run %s failed; the reconciler will retry", run_id)
+            by_settings.setdefault(id(settings), (settings, []))[1].append(run_id)
+        for settings, run_ids in by_settings.values():
+            judge_soon(run_ids, settings)
+
+
+def judge_soon(run_ids: list[int], settings: Settings) -> None:
+    """Have ingest runs judged: by a worker (the maintenance queue) where the settings ask
+    for it and Celery executes, so the bootstrap does not take the API's cores from the
+    next uploads; else here, now, as also when the broker does not take them. Never
+    raises: a run whose judging is lost is judged by the reconciler's sweep."""
+    if settings.ingest_judging == "worker" and settings.executor == "celery":
+        try:
+            ports.judge_queue().send(run_ids, settings)
+            return
+        except Exception as exc:  # the broker down, nothing wired: judge here instead
+            log.warning("ingest runs %s judged in the API process: %s", run_ids, exc)
+    for run_id in run_ids:
+        try:
+            judge_ingested(run_id, settings)
+        except Exception:  # a timer thread must not die silently; the sweep retries
+            log.exception("judging ingest run %s failed; the reconciler will retry", run_id)
 
 
 coalescer = JudgingCoalescer()

@@ -18,7 +18,7 @@ from app.schemas import (
     ResultPublic,
 )
 from app.services import profiles
-from app.services.results import coalescer, ingest_result, judge_ingested
+from app.services.results import coalescer, ingest_result, judge_soon
 
 router = APIRouter(prefix="/api/v1/results", tags=["results"])
 
@@ -66,7 +66,7 @@ def post_result(
     if created and settings.ingest_judge_delay_seconds > 0:
         coalescer.schedule(stored.run_id, settings)
     elif created:
-        background.add_task(judge_ingested, stored.run_id, settings)
+        background.add_task(judge_soon, [stored.run_id], settings)
     else:
         response.status_code = 200
     return answer

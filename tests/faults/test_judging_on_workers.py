@@ -1,0 +1,85 @@
+"""Uploaded results judged by a worker (`SPEEDWATCH_INGEST_JUDGING=worker`): the bootstrap
+leaves the API's cores, nothing is judged while no worker consumes the maintenance queue,
+the queued judging is done when one starts, and with the broker gone the API judges itself.
+
+Real processes: a private redis-server, the API (`speedwatch serve`, Celery executor) and a
+`speedwatch worker` on the maintenance queue, all on the test's PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import httpx
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.models import Cell, Run
+from tests.app.detection_docs import body, measured
+from tests.faults.infra import PrivateRedis, Processes, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _post_a_drop(url: str, token: str, project: str) -> int:
+    """Two uploads of one series, the second 20% slower; the second's run id."""
+    headers = {"Authorization": f"Bearer {token}"}
+    run_id = 0
+    for speedup, revision in ((2.0, "v1"), (1.6, "v2")):
+        response = httpx.post(f"{url}/api/v1/results", headers=headers, timeout=30,
+                              json=body(measured(speedup), revision, project=project))
+        assert response.status_code == 201, response.text
+        run_id = int(response.json()["run_id"])
+    return run_id
+
+
+def _judged(session: Session, run_id: int) -> str | None:
+    """The run's verdict once its newest cell is judged, else None."""
+    session.expire_all()
+    cells = session.scalars(select(Cell).where(Cell.run_id == run_id)).all()
+    if not cells or any(c.judgement is None for c in cells):
+        return None
+    run = session.get(Run, run_id)
+    return run.verdict if run is not None else None
+
+
+def test_a_worker_judges_uploads_and_the_api_does_not(
+    private_redis: PrivateRedis, procs: Processes, base_env: dict[str, str],
+    session: Session, token: str,
+) -> None:
+    maintenance = base_env["SPEEDWATCH_MAINTENANCE_QUEUE"]
+    procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
+                 "SPEEDWATCH_INGEST_JUDGING": "worker"}
+    url = procs.serve()
+    run_id = _post_a_drop(url, token, f"judging-{secrets.token_hex(3)}")
+
+    # no worker consumes the maintenance queue yet: the API sent the judging away
+    time.sleep(3)
+    assert _judged(session, run_id) is None, procs.log("api")
+
+    procs.worker("maintenance", maintenance)
+    verdict = wait_for(lambda: _judged(session, run_id), 60, "a worker to judge the upload",
+                       on_timeout=lambda: procs.log("maintenance"))
+    assert verdict == "regression"
+    assert "speedwatch.judge_ingest" in procs.log("maintenance")
+    assert "judged in the API process" not in procs.log("api")
+
+
+def test_with_the_broker_gone_the_api_judges_uploads_itself(
+    private_redis: PrivateRedis, procs: Processes, base_env: dict[str, str],
+    session: Session, token: str,
+) -> None:
+    procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
+                 "SPEEDWATCH_INGEST_JUDGING": "worker"}
+    url = procs.serve()
+    private_redis.kill()
+
+    run_id = _post_a_drop(url, token, f"judging-{secrets.token_hex(3)}")
+
+    verdict = wait_for(lambda: _judged(session, run_id), 90,
+                       "the API to judge the upload itself",
+                       on_timeout=lambda: procs.log("api"))
+    assert verdict == "regression"
+    assert "judged in the API process" in procs.log("api")
