@@ -619,10 +619,13 @@ def cpu_seconds(pid: int) -> float:
 
 def measure_uploads(base: str, dsn: str, tokens: dict[int, str], p: Plan, *,
                     rates: list[float], seconds: float, p95_ms: float, connections: int,
-                    writer: Any, server_pid: int) -> list[dict[str, Any]]:
+                    writer: Any, server_pid: int,
+                    judged_here: bool = True) -> list[dict[str, Any]]:
     """Each rate in turn until one fails; per step also the server's CPU time per upload
     (its judging included, counted until the judging drained): a cost that co-tenants of
-    the machine do not change, where the rate held depends on how much CPU they leave."""
+    the machine do not change, where the rate held depends on how much CPU they leave.
+    With judging sent to a worker (`judged_here` False; none runs here) the step waits
+    only for the last sends to the broker."""
     host, port = base.removeprefix("http://").split(":")
     rng = random.Random(11)
     levels = series_levels(dsn)
@@ -642,8 +645,10 @@ def measure_uploads(base: str, dsn: str, tokens: dict[int, str], p: Plan, *,
             else [float("nan")] * 99
         last_answer = max((d + lat for d, lat, _ in done), default=0.0)
         drain_started = time.monotonic()
-        while unjudged(dsn) and time.monotonic() - drain_started < 120:
+        while judged_here and unjudged(dsn) and time.monotonic() - drain_started < 120:
             time.sleep(1.0)
+        if not judged_here:
+            time.sleep(2.0)  # the coalescer's window and its sends
         step: dict[str, Any] = {
                 "rate": rate, "sent": len(uploads), "answered": len(done), "errors": errors,
                 "statuses": {str(s): sum(1 for *_, x in done if x == s)
@@ -793,7 +798,8 @@ def measure(args: argparse.Namespace) -> None:
                                         rates=[float(r) for r in args.rates.split(",")],
                                         seconds=args.upload_seconds, p95_ms=args.p95_ms,
                                         connections=args.connections, writer=writer,
-                                        server_pid=server.pid)
+                                        server_pid=server.pid,
+                                        judged_here=args.judging == "api")
             summary["upload_steps"] = steps
             summary["uploads_held"] = held_rate(steps, args.p95_ms)
     finally:
