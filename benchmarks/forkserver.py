@@ -196,13 +196,14 @@ class ForkServer:
         self.last_used = time.monotonic()
         self._cond = threading.Condition()
         self._ready = False
+        self._closed = False  # its output ended: it has exited, or is about to
         self._pids: list[int] = []
         self._status: dict[int, int] = {}
         self._spawning = threading.Lock()  # one request in flight: pids answer in order
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         with self._cond:
-            self._cond.wait_for(lambda: self._ready or self.proc.poll() is not None,
+            self._cond.wait_for(lambda: self._ready or self._closed,
                                 timeout=READY_TIMEOUT_S)
         if not self._ready:
             self.close()
@@ -223,10 +224,11 @@ class ForkServer:
                         self._status[int(message["exit"])] = int(message["status"])
                 self._cond.notify_all()
         with self._cond:
+            self._closed = True
             self._cond.notify_all()
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self._closed and self.proc.poll() is None
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None,
               log: Path) -> ForkedProcess:
