@@ -63,6 +63,18 @@ def inject_fault(kind: str) -> None:
     raise ValueError(f"_fault: {kind!r} is not one of {', '.join(FAULTS)}")
 
 
+def kill_with_parent() -> bool:
+    """Ask Linux to SIGKILL this process when its parent ends (the parent's thread that
+    started it, as PR_SET_PDEATHSIG counts it); False where that cannot be asked."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) == 0)
+
+
 def die_with_supervisor() -> None:
     """Ask Linux to SIGKILL this process when the worker that started it dies.
 
@@ -73,13 +85,7 @@ def die_with_supervisor() -> None:
     pid, not our parent's: a named interpreter may be a wrapper script that forks).
     """
     supervisor = os.environ.get(SUPERVISOR_ENV)
-    if not supervisor or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+    if not supervisor or not kill_with_parent():
         return
     try:
         os.kill(int(supervisor), 0)

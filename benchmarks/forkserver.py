@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from benchmarks.child import kill_with_parent
+
 FORK_ENV = "SPEEDWATCH_FORK_SERVER"
 FORKED_ENV = "SPEEDWATCH_FORKED"
 # a server's imports (torch, scipy, the runner) must finish within this
@@ -62,15 +64,6 @@ def setting(device: str, environ: dict[str, str] | None = None) -> bool:
 
 
 # -- the server, in the environment's interpreter ---------------------------------------
-
-
-def _die_with_parent() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def _run_forked(request: dict[str, Any]) -> None:
@@ -125,7 +118,7 @@ def _reap(out: TextIO) -> None:
 
 
 def serve() -> int:
-    _die_with_parent()
+    kill_with_parent()
     import benchmarks.runner  # noqa: F401  (the imports every child needs: the point)
 
     stdin, out = sys.stdin.buffer, sys.stdout
