@@ -243,7 +243,7 @@ class ForkServer:
 
     def status_of(self, pid: int) -> int | None:
         with self._cond:
-            return self._status.pop(pid, None) if pid in self._status else None
+            return self._status.pop(pid, None)
 
     def wait_for_exit(self, pid: int, timeout: float) -> bool:
         with self._cond:
