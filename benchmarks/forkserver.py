@@ -43,6 +43,15 @@ from benchmarks.child import kill_with_parent
 
 FORK_ENV = "SPEEDWATCH_FORK_SERVER"
 FORKED_ENV = "SPEEDWATCH_FORKED"
+PRELOAD_ENV = "SPEEDWATCH_FORK_PRELOAD"
+# imported by a server beyond the runner when PRELOAD_ENV allows: on an H200 a forked
+# child still spent 4-7 s importing these before it measured
+PRELOADED = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codecache",
+             "torch._inductor.runtime.triton_heuristics", "benchmarks.backends.eager",
+             "benchmarks.backends.inductor")
+_CACHE_DIRS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+_NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+_CUDA_ERROR_NOT_INITIALIZED = 3
 # a server's imports (torch, scipy, the runner) must finish within this
 READY_TIMEOUT_S = 300.0
 # servers kept by one supervisor at once (one per interpreter and environment)
@@ -117,9 +126,68 @@ def _reap(out: TextIO) -> None:
         out.flush()
 
 
+def cuda_driver_initialised() -> bool | None:
+    """Whether this process has initialised the CUDA driver (cuInit), which a forked child
+    could not use; None where there is no driver. Asked of the driver itself: before cuInit,
+    `cuDeviceGetCount` answers CUDA_ERROR_NOT_INITIALIZED and does nothing else."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count = ctypes.c_int(0)
+    return int(driver.cuDeviceGetCount(ctypes.byref(count))) != _CUDA_ERROR_NOT_INITIALIZED
+
+
+def preload_setting(environ: dict[str, str] | None = None) -> bool:
+    """Whether a server also imports what a GPU child imports next (`PRELOAD_ENV`, 1 by
+    default); a bad value is an error naming the variable."""
+    value = (environ if environ is not None else os.environ).get(PRELOAD_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{PRELOAD_ENV}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
+def _preload() -> None:
+    """Import the compiler stack a GPU child imports before it measures (dynamo, inductor,
+    Triton, the backends: 4-6 s and 3-5 s on an H200), with the cache directories pointed
+    at a directory of the server's own: a module that reads its cache path at import keeps
+    the server's, never a path shared with the children, which set their own."""
+    import importlib
+    import shutil
+    import tempfile
+
+    private = tempfile.mkdtemp(prefix="speedwatch-forkserver-")
+    saved = {name: os.environ.get(name) for name in (*_CACHE_DIRS, _NVML_CHECK)}
+    os.environ.update({name: os.path.join(private, name.lower()) for name in _CACHE_DIRS})
+    # inductor asks torch.cuda.is_available() at import; through NVML that initialises no
+    # CUDA (measured on an H200: without it, importing compile_fx did)
+    os.environ[_NVML_CHECK] = "1"
+    try:
+        for name in PRELOADED:
+            with contextlib.suppress(Exception):  # a child imports it again and says why
+                importlib.import_module(name)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(private, ignore_errors=True)
+
+
 def serve() -> int:
     kill_with_parent()
     import benchmarks.runner  # noqa: F401  (the imports every child needs: the point)
+
+    if preload_setting():
+        _preload()
+        if cuda_driver_initialised():
+            # Something imported initialised CUDA: a fork would inherit a driver it cannot
+            # use. Start again as a server of the runner's imports only.
+            os.execve(sys.executable, [sys.executable, "-m", "benchmarks.forkserver"],
+                      {**os.environ, PRELOAD_ENV: "0"})
 
     stdin, out = sys.stdin.buffer, sys.stdout
     out.write("ready\n")

@@ -141,3 +141,62 @@ def test_the_server_never_touches_cuda() -> None:
     code = ("import benchmarks.runner, torch, sys; "
             "sys.exit(1 if torch.cuda.is_initialized() else 0)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_server_also_imports_the_compiler_stack_and_leaves_its_environment_as_it_was(
+        tmp_path: Path) -> None:
+    # what a GPU child imports after the runner (dynamo, inductor) is imported once by the
+    # server, with cache paths of its own that neither linger nor leak into the children's
+    import subprocess
+
+    code = (
+        "import os, sys, benchmarks.runner, torch\n"
+        "from benchmarks import forkserver\n"
+        "before = dict(os.environ)\n"
+        "forkserver._preload()\n"
+        "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
+        "assert 'torch._dynamo' in sys.modules and 'torch._inductor.compile_fx' in sys.modules\n"
+        "assert not torch.cuda.is_initialized()\n")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               TMPDIR=str(tmp_path))
+    env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=180, env=env)
+    assert [p.name for p in tmp_path.iterdir()] == [], "the server's private caches lingered"
+
+
+@pytest.mark.parametrize(("value", "preloads"), [("", True), ("1", True), ("0", False)])
+def test_the_preload_is_on_unless_turned_off(value: str, preloads: bool) -> None:
+    assert forkserver.preload_setting({forkserver.PRELOAD_ENV: value} if value else {}) \
+        is preloads
+
+
+def test_a_bad_preload_setting_names_the_variable() -> None:
+    with pytest.raises(ValueError, match="SPEEDWATCH_FORK_PRELOAD='yes'"):
+        forkserver.preload_setting({forkserver.PRELOAD_ENV: "yes"})
+
+
+def test_a_server_whose_imports_initialised_cuda_starts_again_without_them(
+        forked: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No GPU here: a stand-in CUDA driver (a fake, named as such) whose cuDeviceGetCount
+    # answers "initialised", as the real one does once an import has called cuInit. The
+    # server must not fork from such a process: it starts again with the runner's imports
+    # only, and the child still measures, forked.
+    import shutil
+    import subprocess
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the stand-in driver")
+    source = tmp_path / "fake_cuda.c"
+    source.write_text("int cuDeviceGetCount(int *count) { *count = 1; return 0; }\n")
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(source)], check=True, timeout=60)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
+
+    result = isolation.run_isolated(make_tiny_spec(), timeout_s=180)
+
+    assert result.status == "ok", result.reason
+    assert result.evidence["process_start"] == "forked"
+    (server,) = forkserver._SERVERS.values()
+    environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
+    assert f"{forkserver.PRELOAD_ENV}=0".encode() in environ
