@@ -40,6 +40,7 @@ def worker(
     # Before importing the Celery app, which reads the settings too: insecure production
     # settings end here with one line instead of a traceback.
     settings = settings_or_exit()
+    _measurement_settings_or_exit()
     if gpus:
         _gpu_fleet(gpus, settings.gpu_queues, loglevel, queues, concurrency)
         return
@@ -71,6 +72,18 @@ def worker(
         ["worker", "--queues", ",".join([*wanted, own]), "--concurrency", str(concurrency),
          "--loglevel", loglevel, "--hostname", name, "--without-gossip", "--without-mingle"]
     )
+
+
+def _measurement_settings_or_exit() -> None:
+    """A bad measurement variable ends the worker now, naming it, rather than failing its
+    first cell later."""
+    from benchmarks.process_settings import problems
+
+    found = problems()
+    for line in found:
+        typer.echo(f"error: {line}", err=True)
+    if found:
+        raise typer.Exit(2)
 
 
 def beat(

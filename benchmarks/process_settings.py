@@ -1,0 +1,34 @@
+"""The measurement's own environment variables, checked together.
+
+Each is read where it takes effect: how a benchmark process starts
+(`SPEEDWATCH_FORK_SERVER`, `SPEEDWATCH_FORK_PRELOAD`), how many prepare ahead
+(`SPEEDWATCH_PREPARE_AHEAD`), how large the build cache may grow
+(`SPEEDWATCH_BUILD_CACHE_MAX_BYTES`). Read only there, a typo stopped a worker's first
+cell, minutes after the worker seemed to start well. A worker asks here first and refuses
+to start with the variable's name instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from benchmarks import build_cache, forkserver, prepared
+
+_CHECKS: tuple[Callable[[], object], ...] = (
+    lambda: forkserver.setting("cuda"),
+    forkserver.preload_setting,
+    prepared.ahead_setting,
+    build_cache.max_bytes,
+)
+
+
+def problems() -> list[str]:
+    """One line per variable whose value the measurement would refuse; empty when all
+    are usable."""
+    found: list[str] = []
+    for check in _CHECKS:
+        try:
+            check()
+        except ValueError as exc:
+            found.append(str(exc))
+    return found
