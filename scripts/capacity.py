@@ -406,6 +406,30 @@ def start_broker() -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("the private redis-server did not start")
 
 
+MAINTENANCE_QUEUE = "capacity-maintenance"
+STAND_IN = "capacity-judge-stand-in"
+
+
+def announce_judge(settings: Settings) -> None:
+    """A worker row announcing the maintenance queue, with no process behind it: with
+    `--judging worker` the API sends each run's judging there only while a live worker
+    consumes the queue, as one would on other cores in production. Here nothing does (the
+    judging is what is being taken off this machine), so the row stands in for it."""
+    from app.services.workers import Announcement, heartbeat
+
+    with session_scope(settings) as session:
+        heartbeat(session, Announcement(name=STAND_IN, host=socket.gethostname(),
+                                        pid=os.getpid(), queues=[MAINTENANCE_QUEUE]),
+                  starting=True)
+
+
+def retire_judge(settings: Settings) -> None:
+    from app.services.workers import stopped
+
+    with session_scope(settings) as session:
+        stopped(session, STAND_IN, os.getpid())
+
+
 def start_server(tree: Path, dsn: str, log: Path, judging: str = "api",
                  broker_url: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """`speedwatch serve` (one process, access log on) from `tree`, production settings;
@@ -422,6 +446,9 @@ def start_server(tree: Path, dsn: str, log: Path, judging: str = "api",
            "SPEEDWATCH_BROKER_URL": broker_url
            or f"redis://:{BROKER_PASSWORD}@127.0.0.1:6379/0",
            "SPEEDWATCH_CPU_QUEUE": queue, "SPEEDWATCH_GPU_QUEUES": json.dumps({"cuda": queue}),
+           "SPEEDWATCH_MAINTENANCE_QUEUE": MAINTENANCE_QUEUE,
+           # the stand-in worker's one announcement (announce_judge) counts as alive
+           "SPEEDWATCH_WORKER_LOST_AFTER_SECONDS": "86400",
            "SPEEDWATCH_INGEST_JUDGING": judging,
            "SPEEDWATCH_PUBLIC_READS": "false", "PYTHONPATH": str(tree)}
     where = subprocess.run([sys.executable, "-c", "import app; print(app.__file__)"], cwd=tree,
@@ -781,6 +808,8 @@ def measure(args: argparse.Namespace) -> None:
           f"code from {tree}, schema {summary['schema_revision']}", flush=True)
     broker, broker_url = start_broker() if args.judging == "worker" else (None, None)
     summary["judging"] = args.judging
+    if args.judging == "worker":
+        announce_judge(settings)
     server, base = start_server(tree, dsn, out / "serve.log", args.judging, broker_url)
     try:
         if args.requests:
@@ -810,6 +839,7 @@ def measure(args: argparse.Namespace) -> None:
             server.kill()
         if broker is not None:
             broker.kill()
+            retire_judge(settings)
         summary["uptime_after"] = uptime()
         summary["deleted_upload_runs"] = delete_uploads(dsn)
         log = (out / "serve.log").read_text(errors="replace").splitlines()

@@ -42,7 +42,7 @@ from app.services.common import (
     spec_hash,
 )
 from app.services.runs import RESULT_TO_CELL_STATUS, finish_run_if_complete, store_result
-from app.services.workers import check_interpreter_announced
+from app.services.workers import check_interpreter_announced, has_live_consumer
 from benchmarks.result import BenchResult
 
 log = logging.getLogger(__name__)
@@ -152,19 +152,31 @@ class JudgingCoalescer:
 def judge_soon(run_ids: list[int], settings: Settings) -> None:
     """Have ingest runs judged: by a worker (the maintenance queue) where the settings ask
     for it and Celery executes, so the bootstrap does not take the API's cores from the
-    next uploads; else here, now, as also when the broker does not take them. Never
-    raises: a run whose judging is lost is judged by the reconciler's sweep."""
+    next uploads; else here, now, as also when no live worker consumes that queue (the
+    verdict would wait for one, and the reconciler that would sweep it up runs on such a
+    worker too) or the broker does not take them. Never raises: a run whose judging is
+    lost is judged by the reconciler's sweep."""
     if settings.ingest_judging == "worker" and settings.executor == "celery":
         try:
-            ports.judge_queue().send(run_ids, settings)
-            return
-        except Exception as exc:  # the broker down, nothing wired: judge here instead
-            log.warning("ingest runs %s judged in the API process: %s", run_ids, exc)
+            if _maintenance_consumed(settings):
+                ports.judge_queue().send(run_ids, settings)
+                return
+            why = f"no live worker consumes the {settings.maintenance_queue} queue"
+        except Exception as exc:  # the broker or the store down, nothing wired
+            why = str(exc)
+        log.warning("ingest runs %s judged in the API process: %s", run_ids, why)
     for run_id in run_ids:
         try:
             judge_ingested(run_id, settings)
         except Exception:  # a timer thread must not die silently; the sweep retries
             log.exception("judging ingest run %s failed; the reconciler will retry", run_id)
+
+
+def _maintenance_consumed(settings: Settings) -> bool:
+    from app.db import session_scope
+
+    with session_scope(settings) as session:
+        return has_live_consumer(session, settings.maintenance_queue, settings)
 
 
 coalescer = JudgingCoalescer()

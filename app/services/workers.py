@@ -215,6 +215,17 @@ def queue_last_seen(session: Session, queue: str, settings: Settings,
     return max(beats, default=None)
 
 
+def has_live_consumer(session: Session, queue: str, settings: Settings,
+                      now: datetime | None = None) -> bool:
+    """Whether a worker alive now (not stopped, heard from within `worker_lost_after`)
+    announced `queue`: what a task sent there needs to be done soon."""
+    now = now or _now()
+    since = now - timedelta(seconds=settings.worker_lost_after())
+    announced = session.scalars(select(Worker.queues).where(
+        Worker.stopped_at.is_(None), Worker.last_heartbeat_at >= since))
+    return any(queue in (queues or []) for queues in announced)
+
+
 def announced_interpreters(session: Session, queue: str, settings: Settings,
                            now: datetime | None = None) -> set[str]:
     """Interpreter names announced by the workers of `queue` heard from within

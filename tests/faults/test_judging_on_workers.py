@@ -1,6 +1,7 @@
 """Uploaded results judged by a worker (`SPEEDWATCH_INGEST_JUDGING=worker`): the bootstrap
-leaves the API's cores, nothing is judged while no worker consumes the maintenance queue,
-the queued judging is done when one starts, and with the broker gone the API judges itself.
+leaves the API's cores while a live worker consumes the maintenance queue; with none alive,
+or with the broker gone, the API judges itself and says why, so a verdict never waits for a
+worker nobody started.
 
 Real processes: a private redis-server, the API (`speedwatch serve`, Celery executor) and a
 `speedwatch worker` on the maintenance queue, all on the test's PostgreSQL.
@@ -9,14 +10,13 @@ Real processes: a private redis-server, the API (`speedwatch serve`, Celery exec
 from __future__ import annotations
 
 import secrets
-import time
 
 import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.models import Cell, Run
+from app.models import Cell, Run, Worker
 from tests.app.detection_docs import body, measured
 from tests.faults.infra import PrivateRedis, Processes, wait_for
 
@@ -45,26 +45,58 @@ def _judged(session: Session, run_id: int) -> str | None:
     return run.verdict if run is not None else None
 
 
-def test_a_worker_judges_uploads_and_the_api_does_not(
+def _consumer_alive(session: Session, queue: str) -> bool:
+    session.expire_all()
+    return any(queue in (w.queues or []) and w.stopped_at is None
+               for w in session.scalars(select(Worker)))
+
+
+def _with_a_live_maintenance_worker(procs: Processes, base_env: dict[str, str],
+                                    session: Session) -> str:
+    maintenance = base_env["SPEEDWATCH_MAINTENANCE_QUEUE"]
+    procs.worker("maintenance", maintenance)
+    wait_for(lambda: _consumer_alive(session, maintenance), 60,
+             "the maintenance worker to announce itself",
+             on_timeout=lambda: procs.log("maintenance"))
+    return maintenance
+
+
+def test_a_live_worker_judges_uploads_and_the_api_does_not(
     private_redis: PrivateRedis, procs: Processes, base_env: dict[str, str],
     session: Session, token: str,
 ) -> None:
-    maintenance = base_env["SPEEDWATCH_MAINTENANCE_QUEUE"]
     procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
                  "SPEEDWATCH_INGEST_JUDGING": "worker"}
+    _with_a_live_maintenance_worker(procs, base_env, session)
     url = procs.serve()
+
     run_id = _post_a_drop(url, token, f"judging-{secrets.token_hex(3)}")
 
-    # no worker consumes the maintenance queue yet: the API sent the judging away
-    time.sleep(3)
-    assert _judged(session, run_id) is None, procs.log("api")
-
-    procs.worker("maintenance", maintenance)
     verdict = wait_for(lambda: _judged(session, run_id), 60, "a worker to judge the upload",
                        on_timeout=lambda: procs.log("maintenance"))
     assert verdict == "regression"
     assert "speedwatch.judge_ingest" in procs.log("maintenance")
     assert "judged in the API process" not in procs.log("api")
+
+
+def test_with_no_live_worker_on_the_queue_the_api_judges_uploads_itself(
+    private_redis: PrivateRedis, procs: Processes, base_env: dict[str, str],
+    session: Session, token: str,
+) -> None:
+    # sent to a queue nobody consumes, the verdict would wait for a worker (and for the
+    # reconciler, which runs on one too)
+    procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
+                 "SPEEDWATCH_INGEST_JUDGING": "worker"}
+    url = procs.serve()
+
+    run_id = _post_a_drop(url, token, f"judging-{secrets.token_hex(3)}")
+
+    verdict = wait_for(lambda: _judged(session, run_id), 60,
+                       "the API to judge the upload itself",
+                       on_timeout=lambda: procs.log("api"))
+    assert verdict == "regression"
+    maintenance = base_env["SPEEDWATCH_MAINTENANCE_QUEUE"]
+    assert f"no live worker consumes the {maintenance} queue" in procs.log("api")
 
 
 def test_with_the_broker_gone_the_api_judges_uploads_itself(
@@ -73,8 +105,9 @@ def test_with_the_broker_gone_the_api_judges_uploads_itself(
 ) -> None:
     procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
                  "SPEEDWATCH_INGEST_JUDGING": "worker"}
+    _with_a_live_maintenance_worker(procs, base_env, session)
     url = procs.serve()
-    private_redis.kill()
+    private_redis.kill()  # the worker still counts as alive: its heartbeat is in the store
 
     run_id = _post_a_drop(url, token, f"judging-{secrets.token_hex(3)}")
 
@@ -82,4 +115,6 @@ def test_with_the_broker_gone_the_api_judges_uploads_itself(
                        "the API to judge the upload itself",
                        on_timeout=lambda: procs.log("api"))
     assert verdict == "regression"
-    assert "judged in the API process" in procs.log("api")
+    log = procs.log("api")
+    assert "judged in the API process" in log
+    assert "no live worker consumes" not in log
