@@ -217,13 +217,11 @@ def queue_last_seen(session: Session, queue: str, settings: Settings,
 
 def has_live_consumer(session: Session, queue: str, settings: Settings,
                       now: datetime | None = None) -> bool:
-    """Whether a worker alive now (not stopped, heard from within `worker_lost_after`)
-    announced `queue`: what a task sent there needs to be done soon."""
+    """Whether a worker alive now (`state_of`) announced `queue`: what a task sent there
+    needs to be done soon."""
     now = now or _now()
-    since = now - timedelta(seconds=settings.worker_lost_after())
-    announced = session.scalars(select(Worker.queues).where(
-        Worker.stopped_at.is_(None), Worker.last_heartbeat_at >= since))
-    return any(queue in (queues or []) for queues in announced)
+    return any(queue in (worker.queues or []) and state_of(worker, settings, now) == "alive"
+               for worker in _remembered(session, settings, now))
 
 
 def announced_interpreters(session: Session, queue: str, settings: Settings,
