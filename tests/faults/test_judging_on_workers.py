@@ -45,6 +45,14 @@ def _judged(session: Session, run_id: int) -> str | None:
     return run.verdict if run is not None else None
 
 
+@pytest.fixture
+def judging_on_workers(private_redis: PrivateRedis, procs: Processes,
+                       base_env: dict[str, str]) -> None:
+    """The service processes of each test: the private broker, judging sent to workers."""
+    procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
+                 "SPEEDWATCH_INGEST_JUDGING": "worker"}
+
+
 def _consumer_alive(session: Session, queue: str) -> bool:
     session.expire_all()
     return any(queue in (w.queues or []) and w.stopped_at is None
@@ -52,21 +60,18 @@ def _consumer_alive(session: Session, queue: str) -> bool:
 
 
 def _with_a_live_maintenance_worker(procs: Processes, base_env: dict[str, str],
-                                    session: Session) -> str:
+                                    session: Session) -> None:
     maintenance = base_env["SPEEDWATCH_MAINTENANCE_QUEUE"]
     procs.worker("maintenance", maintenance)
     wait_for(lambda: _consumer_alive(session, maintenance), 60,
              "the maintenance worker to announce itself",
              on_timeout=lambda: procs.log("maintenance"))
-    return maintenance
 
 
 def test_a_live_worker_judges_uploads_and_the_api_does_not(
-    private_redis: PrivateRedis, procs: Processes, base_env: dict[str, str],
+    judging_on_workers: None, procs: Processes, base_env: dict[str, str],
     session: Session, token: str,
 ) -> None:
-    procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
-                 "SPEEDWATCH_INGEST_JUDGING": "worker"}
     _with_a_live_maintenance_worker(procs, base_env, session)
     url = procs.serve()
 
@@ -80,13 +85,11 @@ def test_a_live_worker_judges_uploads_and_the_api_does_not(
 
 
 def test_with_no_live_worker_on_the_queue_the_api_judges_uploads_itself(
-    private_redis: PrivateRedis, procs: Processes, base_env: dict[str, str],
+    judging_on_workers: None, procs: Processes, base_env: dict[str, str],
     session: Session, token: str,
 ) -> None:
     # sent to a queue nobody consumes, the verdict would wait for a worker (and for the
     # reconciler, which runs on one too)
-    procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
-                 "SPEEDWATCH_INGEST_JUDGING": "worker"}
     url = procs.serve()
 
     run_id = _post_a_drop(url, token, f"judging-{secrets.token_hex(3)}")
@@ -100,11 +103,9 @@ def test_with_no_live_worker_on_the_queue_the_api_judges_uploads_itself(
 
 
 def test_with_the_broker_gone_the_api_judges_uploads_itself(
-    private_redis: PrivateRedis, procs: Processes, base_env: dict[str, str],
-    session: Session, token: str,
+    judging_on_workers: None, private_redis: PrivateRedis, procs: Processes,
+    base_env: dict[str, str], session: Session, token: str,
 ) -> None:
-    procs.env = {**base_env, "SPEEDWATCH_BROKER_URL": private_redis.url,
-                 "SPEEDWATCH_INGEST_JUDGING": "worker"}
     _with_a_live_maintenance_worker(procs, base_env, session)
     url = procs.serve()
     private_redis.kill()  # the worker still counts as alive: its heartbeat is in the store
