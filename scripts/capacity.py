@@ -783,8 +783,7 @@ def measure(args: argparse.Namespace) -> None:
     with psycopg.connect(dsn) as conn:
         matrix_runs = sorted(int(r) for (r,) in conn.execute(
             "SELECT run_id FROM cells GROUP BY run_id HAVING count(*) > 1"))
-    run_ids = [rng.choice(matrix_runs) for _ in range(200)]
-    with psycopg.connect(dsn) as conn:
+        run_ids = [rng.choice(matrix_runs) for _ in range(200)]
         revisions: list[tuple[str, str]] = []
         for i in run_ids[:50]:
             found = conn.execute("SELECT p.name, r.revision FROM runs r JOIN projects p ON "
