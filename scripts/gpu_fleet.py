@@ -5,10 +5,12 @@ Celery executor, then runs phases, each through `speedwatch worker --gpus SELECT
 pinned worker per GPU, each on its share of the host's cores) and `speedwatch submit --wait`:
 
 - one-gpu, two-gpus, four-gpus (any "<n>-gpus" up to the host's count): the same matrix
-  (ResNet50 fp16, inductor, `--weights` x `--batches`, CUDA graphs, one process per cell)
-  on n workers; wall time from submit to verdict. Each phase starts with cold compile caches
-  of its own (SPEEDWATCH_TUNING_CACHE_DIR, which holds the host's Triton cache), so no
-  phase reuses an earlier phase's kernels. `--confine two-gpus=32` keeps a phase's workers
+  (ResNet50, inductor, `--weights` x `--batches` x `--precisions`, CUDA graphs,
+  `--processes` per cell, 0 for the product's own adaptive default) on n workers; wall time
+  from submit to verdict. Each phase starts with cold caches of its own
+  (SPEEDWATCH_TUNING_CACHE_DIR, which holds the host's Triton cache, and
+  SPEEDWATCH_BUILD_CACHE_DIR, the built-once builds), so no phase reuses an earlier phase's
+  kernels or builds. `--confine two-gpus=32` keeps a phase's workers
   to the host's first 32 cores (a two-GPU host of 32 cores, measured on a larger one).
 - foreign: on the last phase's workers, four cells, and a matmul loop started by this
   script (outside every worker's process tree) on GPU 1 while they measure: the cell on
@@ -224,8 +226,9 @@ class Fleet:
     def start_workers(self, n: int, phase: str, cores: list[int] | None) -> None:
         """n benchmark workers (one per GPU, or n CPU workers), plus the webhook worker."""
         self.stop_workers()
-        env = {**self.env, "SPEEDWATCH_TUNING_CACHE_DIR": str(self.out / "data" / f"cache-{phase}"
-                                                              / "tuning")}
+        caches = self.out / "data" / f"cache-{phase}"
+        env = {**self.env, "SPEEDWATCH_TUNING_CACHE_DIR": str(caches / "tuning"),
+               "SPEEDWATCH_BUILD_CACHE_DIR": str(caches / "builds")}
         log = self.out / f"worker-{phase}.log"
         if self.args.cpu:
             queue = self.env["SPEEDWATCH_CPU_QUEUE"]
@@ -257,7 +260,7 @@ class Fleet:
                     "--batch", batches, "--rounds", "12", "--iters-per-round", "5",
                     "--warmup", "3"]
         return ["--device", "cuda", "--model", "resnet50", "--backend", "inductor",
-                "--precision", "fp16", "--weights", weights, "--batch", batches]
+                "--precision", self.args.precisions, "--weights", weights, "--batch", batches]
 
     def submit(self, name: str, project: str, revision: str, matrix: list[str],
                extra: list[str], background: bool = False
@@ -291,8 +294,9 @@ class Fleet:
         # confirmations inside the phase's wall time); the summary compares them instead
         done = self.submit(phase, f"fleet-{phase}", phase,
                            self.matrix(self.args.weights, self.args.batches),
-                           ["--processes", str(self.args.processes),
-                            "--max-processes", str(self.args.processes),
+                           [*(["--processes", str(self.args.processes),
+                               "--max-processes", str(self.args.processes)]
+                              if self.args.processes else []),
                             *(["--compile-cache", self.args.compile_cache]
                               if self.args.compile_cache else [])])
         wall = time.monotonic() - began
@@ -561,10 +565,11 @@ def main() -> None:
                         "cores (two-gpus=32: a two-GPU host of 32 cores on a larger one)")
     parser.add_argument("--foreign-after", type=float, default=4.0)
     parser.add_argument("--foreign-seconds", type=float, default=20.0)
+    parser.add_argument("--precisions", default="fp16", help="e.g. fp16,bf16")
     parser.add_argument("--processes", type=int, default=1,
-                        help="processes per cell in the throughput phases (the GPU default "
-                        "is 3: each cell's interval then carries the process-to-process "
-                        "spread that one process cannot see)")
+                        help="processes per cell in the throughput phases; 0: the product's "
+                        "adaptive default (at least 3 on a GPU: each cell's interval then "
+                        "carries the process-to-process spread that one process cannot see)")
     parser.add_argument("--compile-cache", default="", choices=["", "process", "host"],
                         help="the cells' timing.compile_cache (benchmarks.spec: 'host' "
                         "shares the worker's compile cache between a cell's processes)")
