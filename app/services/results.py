@@ -30,7 +30,7 @@ from app import ports
 from app.config import Settings
 from app.environment_policy import model_refusal
 from app.errors import Conflict, InvalidRequest
-from app.models import Cell, Project, Result, Run
+from app.models import Cell, Project, Result, Run, Series
 from app.schemas import ResultIngest
 from app.services.common import (
     canonical_environment,
@@ -60,7 +60,8 @@ def ingest_result(
     session: Session, payload: ResultIngest, settings: Settings
 ) -> tuple[Result, bool]:
     """Store one posted result; returns (result, created). Flushes, does not commit; call
-    `judge_ingested(result.run_id)` after the commit."""
+    `judge_ingested(result.run_id)` after the commit. A document stored already rolls the
+    session's transaction back (give this call a session of its own, as the route does)."""
     result = parse_document(payload)
     spec, key = check_result_document(result)
     # the model rule of a trigger: a stored spec reaches other people's repro bundles
@@ -75,7 +76,7 @@ def ingest_result(
     run_key = "ingest:" + canonical_hash(
         {"kind": "ingest", "revision": payload.revision, "environment": env_hash}
     )
-    run = _find_ingest_run(session, payload.project, run_key)
+    run, series_id = _find_ingest_run(session, payload.project, run_key, key)
     if run is None:
         project = get_or_create_project(session, payload.project)
         env = get_or_create_environment(session, environment)
@@ -95,13 +96,18 @@ def ingest_result(
         run_id=run.id, spec=spec.to_dict(), spec_hash=digest, series_key=key,
         queue=INGEST_QUEUE, status=RESULT_TO_CELL_STATUS[result.status], attempts=0,
     )
+    run_id = run.id
     try:
-        with session.begin_nested():
-            stored = store_result(session, run, cell, result, key, document_hash)
+        stored = store_result(session, run, cell, result, key, document_hash,
+                              series_id=series_id)
     except IntegrityError:
         # Unique (run, spec): this spec already has a result at this revision (a retry, or
-        # a conflicting re-measurement). Cheaper to learn it here than to look first.
-        existing = _existing(session, run.id, digest)
+        # a conflicting re-measurement). Cheaper to learn it here than to look first, and
+        # without a savepoint around the inserts (two statements of seven per upload): the
+        # failed insert ends the transaction, which held nothing a duplicate does not
+        # imply exists already, so it is rolled back and the stored result read.
+        session.rollback()
+        existing = _existing(session, run_id, digest)
         if existing is None:
             raise
         return _replay(existing, document_hash), False
@@ -199,12 +205,16 @@ def judge_pending_ingests(session: Session, *, older_than_s: float,
     return run_ids
 
 
-def _find_ingest_run(session: Session, project: str, run_key: str) -> Run | None:
-    """The common case in one query: the project's ingest run for this revision exists."""
-    return session.scalars(
-        select(Run).join(Project, Project.id == Run.project_id)
+def _find_ingest_run(session: Session, project: str, run_key: str,
+                     series_key: str) -> tuple[Run | None, int | None]:
+    """The common case in one query: the project's ingest run for this revision exists,
+    and so does the series (its id read with the run: one statement fewer per upload)."""
+    found = session.execute(
+        select(Run, Series.id).join(Project, Project.id == Run.project_id)
+        .outerjoin(Series, (Series.project_id == Project.id) & (Series.key == series_key))
         .where(Project.name == project, Run.idempotency_key == run_key)
     ).first()
+    return (None, None) if found is None else (found[0], found[1])
 
 
 def _existing(session: Session, run_id: int, digest: str) -> Result | None:

@@ -131,15 +131,19 @@ def record_result(session: Session, cell_id: int, result: BenchResult) -> Result
 
 def store_result(
     session: Session, run: Run, cell: Cell, result: BenchResult, key: str,
-    document_hash: str | None = None,
+    document_hash: str | None = None, *, series_id: int | None = None,
 ) -> Result:
     """Insert the result row for a checked document and move the cell to its final status.
 
     `cell` may be new and not yet added (ingest): it is then inserted with its result.
     `document_hash`: the document's canonical hash when the caller has it already (ingest
     hashes it to recognise a retry), so the document is not serialised twice.
+    `series_id`: the id of the run's project's series of `key` when the caller read it
+    already (ingest reads it with the run); else it is looked up, or created.
     """
-    series = get_or_create_series(session, run.project_id, key)
+    series = None if series_id is not None else \
+        get_or_create_series(session, run.project_id, key)
+    series_id = series.id if series is not None else series_id
     now = _now()
     cell.status = RESULT_TO_CELL_STATUS[result.status]
     cell.error = None if result.status == "ok" else _clip(result.reason or result.status)
@@ -152,8 +156,10 @@ def store_result(
     else:
         row.cell_id = cell.id
     row.run_id = run.id
-    row.series_id = series.id
-    row.series = series  # the caller's answer names its key: no lazy load to fetch it again
+    assert series_id is not None
+    row.series_id = series_id
+    if series is not None:
+        row.series = series  # a caller's answer may name its key: no lazy load for it
     if run.confirms_cell_id is not None:
         # A re-measure for a confirmation: a real result, but no point of its series.
         row.confirms_result_id = session.scalar(

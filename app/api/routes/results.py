@@ -60,7 +60,7 @@ def post_result(
     # 503 for a document that was stored).
     answer = ResultIngestedPublic(
         result_id=stored.id, run_id=stored.run_id, cell_id=stored.cell_id,
-        series_key=stored.series.key, status=stored.status, created=created,
+        series_key=stored.cell.series_key, status=stored.status, created=created,
     )
     session.commit()
     if created and settings.ingest_judge_delay_seconds > 0:
