@@ -6,7 +6,7 @@ Runs the upload route's own work in this process (the body validated as ResultIn
 `capacity.py measure` posts them, and prints the statements per upload (by kind) and the
 process CPU milliseconds per upload. The uploads are deleted afterwards.
 
-    .venv/bin/python -m experiments.ingest_cost_probe --db sw_capacity_10k --uploads 600
+    .venv/bin/python scripts/ingest_cost.py --db sw_capacity_10k --uploads 600
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ import random
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from scripts import capacity
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import capacity  # scripts/capacity.py, beside this file
 
 
 def main() -> int:
