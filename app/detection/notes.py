@@ -147,9 +147,10 @@ def uneven_processes_note(result: BenchResult) -> str | None:
             "level moved widens the interval: a quieter runner decides it")
 
 
-def undecided_cause(result: BenchResult, baseline: Baseline | None,
-                    threshold: float) -> str | None:
-    """Why a comparison stayed undecided, and what would settle it, in one line: builds
+def inconclusive_cause(result: BenchResult, baseline: Baseline | None,
+                       threshold: float) -> str | None:
+    """Why a comparison is inconclusive (its interval stayed undecided against the
+    threshold), and what would settle it, in one line: builds
     that chose differently, a busy host, a wide baseline, or the budget or process limit
     that ran out first."""
     evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
@@ -159,13 +160,13 @@ def undecided_cause(result: BenchResult, baseline: Baseline | None,
     if isinstance(build.get("distinct"), int) and build["distinct"] > 1:
         spread = build.get("spread")
         apart = f", their speedups {spread:.1%} apart" if isinstance(spread, float) else ""
-        return (f"why undecided: its {build['distinct']} builds chose differently{apart} "
+        return (f"why inconclusive: its {build['distinct']} builds chose differently{apart} "
                 "(builds as shipped): measure with timing.builds pinned, or allow more "
                 "processes (timing.max_processes) to average over builds")
     fingerprint = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
     load = fingerprint.get("host_load")
     if isinstance(load, Mapping) and load.get("loaded"):
-        return (f"why undecided: the host was busy ({float(load.get('other_cores') or 0):.1f} "
+        return (f"why inconclusive: the host was busy ({float(load.get('other_cores') or 0):.1f} "
                 "other cores): re-run on a quiet runner, or give benchmarks cores of their "
                 "own (the worker host's benchmark cores: see the configuration)")
     if result.speedup is None:
@@ -174,7 +175,7 @@ def undecided_cause(result: BenchResult, baseline: Baseline | None,
     base = baseline.result.speedup if baseline and baseline.result else None
     if base is not None and log_half_width(base) > own \
             and in_session_comparison(result, baseline) is None:
-        return (f"why undecided: the baseline's own interval ({_relative(log_half_width(base))}"
+        return (f"why inconclusive: the baseline's own interval ({_relative(log_half_width(base))}"
                 f") is the wider one: pin a more precise run as the baseline, or let this "
                 "run become the baseline")
     adaptive = _mapping(evidence.get("adaptive"))
@@ -184,15 +185,15 @@ def undecided_cause(result: BenchResult, baseline: Baseline | None,
     would = what_would_decide(adaptive, threshold)
     if stopped == "budget":
         budget = timing.get("budget_seconds")
-        return (f"why undecided: {width} when the timing budget ({budget:g} s) ran out at "
+        return (f"why inconclusive: {width} when the timing budget ({budget:g} s) ran out at "
                 f"{k} processes: raise timing.budget_seconds (or timing.max_seconds), or the "
                 f"threshold{would}"
                 if isinstance(budget, (int, float)) else
-                f"why undecided: {width}: raise timing.budget_seconds{would}")
+                f"why inconclusive: {width}: raise timing.budget_seconds{would}")
     if stopped == "max_processes":
-        return (f"why undecided: {width} at the process limit ({k}): raise "
+        return (f"why inconclusive: {width} at the process limit ({k}): raise "
                 f"timing.max_processes (or timing.budget_seconds), or the threshold{would}")
-    return (f"why undecided: {width}: measure more processes (timing.processes), or raise "
+    return (f"why inconclusive: {width}: measure more processes (timing.processes), or raise "
             "the threshold")
 
 

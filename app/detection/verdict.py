@@ -44,8 +44,8 @@ import numpy.typing as npt
 from app.detection.notes import (
     _mapping,
     in_session_comparison,
+    inconclusive_cause,
     measurement_notes,
-    undecided_cause,
     uneven_processes_note,
 )
 from app.detection.verdict_types import (
@@ -300,7 +300,7 @@ def judge_cell(
                            speed.ratio if speed else None, False, host_drift=drift)
     reasons.extend(measurement_notes(result))
     if speed is not None and speed.verdict == "inconclusive":
-        cause = undecided_cause(result, baseline, threshold)
+        cause = inconclusive_cause(result, baseline, threshold)
         if cause:
             reasons.append(cause)
         uneven = uneven_processes_note(result)

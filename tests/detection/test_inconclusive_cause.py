@@ -60,7 +60,7 @@ def test_a_gpu_result_timed_beside_a_busy_cpu_names_what_a_gpu_side_loses() -> N
 def _why(new: BenchResult, base: BenchResult) -> str:
     verdict = judge_cell(new, baseline_of(base))
     assert verdict.verdict == "inconclusive", verdict.reasons
-    lines = [r for r in verdict.reasons if r.startswith("why undecided: ")]
+    lines = [r for r in verdict.reasons if r.startswith("why inconclusive: ")]
     assert len(lines) == 1, verdict.reasons
     return lines[0]
 
@@ -68,7 +68,7 @@ def _why(new: BenchResult, base: BenchResult) -> str:
 def test_an_undecided_comparison_names_the_budget_that_ran_out_and_the_timing_field() -> None:
     new = measured(1.58, 0.03, evidence={"adaptive": {"stopped_by": "budget", "processes": 6}})
     line = _why(new, measured(1.6, 0.005))
-    assert line == ("why undecided: the interval (+-3.0%) is too wide for a 3% threshold when "
+    assert line == ("why inconclusive: the interval (+-3.0%) is too wide for a 3% threshold when "
                     "the timing budget (30 s) ran out at 6 processes: raise timing.budget_seconds "
                     "(or timing.max_seconds), or the threshold")
 
@@ -84,7 +84,7 @@ def test_builds_that_chose_differently_are_named_before_the_budget() -> None:
         "adaptive": {"stopped_by": "budget", "processes": 8},
         "build": {"mode": "as-shipped", "distinct": 3, "spread": 0.031}})
     assert _why(new, measured(1.6, 0.005)) == (
-        "why undecided: its 3 builds chose differently, their speedups 3.1% apart (builds "
+        "why inconclusive: its 3 builds chose differently, their speedups 3.1% apart (builds "
         "as shipped): measure with timing.builds pinned, or allow more processes "
         "(timing.max_processes) to average over builds")
 
@@ -93,19 +93,19 @@ def test_a_busy_host_is_named_with_what_to_do_about_it() -> None:
     new = measured(1.58, 0.03, evidence={"adaptive": {"stopped_by": "budget", "processes": 6}},
                    fingerprint=LOADED)
     assert _why(new, measured(1.6, 0.005)).startswith(
-        "why undecided: the host was busy (1.9 other cores): re-run on a quiet runner")
+        "why inconclusive: the host was busy (1.9 other cores): re-run on a quiet runner")
 
 
 def test_a_wide_baseline_is_named_when_it_is_the_wider_of_the_two() -> None:
     new = measured(1.58, 0.01, evidence={"adaptive": {"stopped_by": "decided", "processes": 3}})
     assert _why(new, measured(1.6, 0.04)).startswith(
-        "why undecided: the baseline's own interval (+-4.0%) is the wider one")
+        "why inconclusive: the baseline's own interval (+-4.0%) is the wider one")
 
 
 def test_a_decided_comparison_has_no_why() -> None:
     verdict = judge_cell(measured(1.6, 0.005), baseline_of(measured(1.6, 0.005)))
     assert verdict.verdict == "pass"
-    assert not [r for r in verdict.reasons if r.startswith("why undecided")]
+    assert not [r for r in verdict.reasons if r.startswith("why inconclusive")]
 
 
 # ---- the evidence sentence ---------------------------------------------------------------------
