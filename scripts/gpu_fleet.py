@@ -271,9 +271,10 @@ class Fleet:
         if background:
             return subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)
-        done = subprocess.run(argv, env=self.env, capture_output=True, text=True)
-        (self.out / f"submit-{name}.log").write_text(done.stdout + done.stderr)
-        return done
+        # written as it goes: `tail` shows a long phase's progress while it runs
+        with (self.out / f"submit-{name}.log").open("w") as log:
+            return subprocess.run(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                  text=True)
 
     def results(self, name: str) -> list[dict[str, Any]]:
         return stored_cells(self.out / "data" / "speedwatch.db", name)
