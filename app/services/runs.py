@@ -141,9 +141,10 @@ def store_result(
     `series_id`: the id of the run's project's series of `key` when the caller read it
     already (ingest reads it with the run); else it is looked up, or created.
     """
-    series = None if series_id is not None else \
-        get_or_create_series(session, run.project_id, key)
-    series_id = series.id if series is not None else series_id
+    series = None
+    if series_id is None:
+        series = get_or_create_series(session, run.project_id, key)
+        series_id = series.id
     now = _now()
     cell.status = RESULT_TO_CELL_STATUS[result.status]
     cell.error = None if result.status == "ok" else _clip(result.reason or result.status)
@@ -156,7 +157,6 @@ def store_result(
     else:
         row.cell_id = cell.id
     row.run_id = run.id
-    assert series_id is not None
     row.series_id = series_id
     if series is not None:
         row.series = series  # a caller's answer may name its key: no lazy load for it
