@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from experiments.fresh_phases import run_phases
 
 CELLS = [("constant", 32), ("tensor", 32), ("constant", 1)]
 
@@ -105,29 +104,8 @@ def main() -> int:
         print(json.dumps(phase(args.phase, args.weights, args.batch, args.device,
                                args.out / f"pc-{args.weights}-{args.batch}.bin"), default=str))
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for weights, batch in CELLS:
-        for kind in ("build", "load", "load"):
-            with tempfile.TemporaryDirectory() as tmp:
-                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
-                           TRITON_CACHE_DIR=f"{tmp}/triton")
-                t0 = time.perf_counter()
-                done = subprocess.run(
-                    [sys.executable, "-m", "experiments.precompile_probe", "--out",
-                     str(args.out), "--device", args.device, "--phase", kind, "--weights",
-                     weights, "--batch", str(batch)],
-                    env=env, capture_output=True, text=True, check=False)
-                wall = time.perf_counter() - t0
-            if done.returncode != 0:
-                row = {"phase": kind, "weights": weights, "batch": batch,
-                       "error": done.stderr[-2500:]}
-            else:
-                row = json.loads(done.stdout.strip().splitlines()[-1])
-                row["process_wall_s"] = round(wall, 2)
-            rows.append(row)
-            print(json.dumps(row, default=str), flush=True)
-    (args.out / "probe.json").write_text(json.dumps(rows, indent=1, default=str))
+    run_phases("experiments.precompile_probe", args.out, args.device, CELLS,
+               ("build", "load", "load"))
     return 0
 
 
