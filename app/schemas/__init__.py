@@ -27,10 +27,12 @@ from app.schemas.common import (
     WeightsName,
 )
 from app.schemas.requests import (
+    MAX_BATCH_RESULTS,
     BisectCreate,
     EnvironmentIn,
     MatrixIn,
     PackageName,
+    ResultBatchIngest,
     ResultIngest,
     RunCreate,
     SweepCreate,
@@ -43,6 +45,7 @@ from app.schemas.results import (
     ProfileEntryPublic,
     ProfilePublic,
     ProfileRowPublic,
+    ResultBatchIngestedPublic,
     ResultIngestedPublic,
     ResultProfilePublic,
     ResultPublic,
@@ -103,6 +106,7 @@ from app.schemas.sweeps import (
 __all__ = [
     "ID_MAX",
     "LABEL_FORBIDDEN",
+    "MAX_BATCH_RESULTS",
     "PROJECT_NAME_MAX",
     "PROJECT_NAME_PATTERN",
     "BackendName",
@@ -143,6 +147,8 @@ __all__ = [
     "QueuePublic",
     "RegressionListPublic",
     "RegressionPublic",
+    "ResultBatchIngest",
+    "ResultBatchIngestedPublic",
     "ResultIngest",
     "ResultIngestedPublic",
     "ResultProfilePublic",

@@ -124,6 +124,29 @@ class ResultIngest(StrictModel):
         "--json` writes), checked whole before anything is stored")
 
 
+# documents in one batch upload: a CI job's matrix in one request (the body limit,
+# SPEEDWATCH_MAX_BODY_BYTES, 2 MiB by default, holds about 150 CPU documents of 13 KB)
+MAX_BATCH_RESULTS = 100
+
+
+class ResultBatchIngest(StrictModel):
+    """Results measured elsewhere, all of one project, revision and environment (a CI job's
+    matrix): stored as if each were posted alone, for one request's cost."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "project": "vision", "revision": "v1.0", "branch": "main",
+        "environment": {"pins": ["onnxruntime==1.22.0"]}, "results": [DOCUMENT_EXAMPLE]}]})
+
+    project: ProjectName
+    revision: Label
+    branch: Label | None = None
+    environment: EnvironmentIn
+    results: list[BenchResultDocument] = Field(
+        min_length=1, max_length=MAX_BATCH_RESULTS,
+        description="BenchResult documents (what `speedwatch bench --json` writes), each "
+        "checked whole before any is stored")
+
+
 PackageName = Annotated[str, Field(min_length=1, max_length=100,
                                    pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$",
                                    examples=["onnxruntime"])]

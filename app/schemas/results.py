@@ -18,6 +18,14 @@ class ResultIngestedPublic(BaseModel):
     created: bool
 
 
+class ResultBatchIngestedPublic(BaseModel):
+    """Each posted document's stored result, in the order posted."""
+
+    results: list[ResultIngestedPublic]
+    created: int = Field(description="documents stored by this request")
+    existing: int = Field(description="documents that were stored already (a retry)")
+
+
 class ResultPublic(BaseModel):
     """A stored result with where it belongs: what `speedwatch repro` rebuilds a cell from."""
 

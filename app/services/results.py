@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -31,7 +33,7 @@ from app.config import Settings
 from app.environment_policy import model_refusal
 from app.errors import Conflict, InvalidRequest
 from app.models import Cell, Project, Result, Run, Series
-from app.schemas import ResultIngest
+from app.schemas import EnvironmentIn, ResultBatchIngest, ResultIngest
 from app.services.common import (
     canonical_environment,
     canonical_hash,
@@ -44,6 +46,8 @@ from app.services.common import (
 from app.services.runs import RESULT_TO_CELL_STATUS, finish_run_if_complete, store_result
 from app.services.workers import check_interpreter_announced, has_live_consumer
 from benchmarks.result import BenchResult
+from benchmarks.result_schema import BenchResultDocument
+from benchmarks.spec import BenchSpec
 
 log = logging.getLogger(__name__)
 
@@ -56,37 +60,103 @@ def parse_document(payload: ResultIngest) -> BenchResult:
     return BenchResult.from_document(payload.result)
 
 
+@dataclass(frozen=True)
+class CheckedDocument:
+    """A posted document that passed every check the store makes, ready to store."""
+
+    result: BenchResult
+    spec: BenchSpec
+    series_key: str
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What an upload answers, read before its commit (afterwards reading the stored rows
+    again would take a second connection, whose wait could fail a request that stored)."""
+
+    result_id: int
+    run_id: int
+    cell_id: int
+    series_key: str
+    status: str
+    created: bool
+
+
+def check_document(document: BenchResultDocument, settings: Settings,
+                   field: str = "result") -> CheckedDocument:
+    """Everything the store refuses beyond the document's schema, as a 422 naming `field`."""
+    result = BenchResult.from_document(document)
+    spec, key = check_result_document(result, field)
+    # the model rule of a trigger: a stored spec reaches other people's repro bundles
+    refusal = model_refusal(spec.model, settings.model_packages, allow_absolute=True)
+    if refusal is not None:
+        raise InvalidRequest(f"{field}.spec.model", refusal)
+    return CheckedDocument(result, spec, key)
+
+
+def ingest_environment(session: Session, given: EnvironmentIn,
+                       settings: Settings) -> dict[str, Any]:
+    """The upload's environment in canonical form, refused where it names an interpreter
+    no worker announces (as a trigger: such a name means nothing to this service)."""
+    environment = canonical_environment(given, settings)
+    if environment["interpreter"] is not None:
+        check_interpreter_announced(session, environment["interpreter"], settings)
+    return environment
+
+
 def ingest_result(
     session: Session, payload: ResultIngest, settings: Settings
 ) -> tuple[Result, bool]:
     """Store one posted result; returns (result, created). Flushes, does not commit; call
     `judge_ingested(result.run_id)` after the commit. A document stored already rolls the
     session's transaction back (give this call a session of its own, as the route does)."""
-    result = parse_document(payload)
-    spec, key = check_result_document(result)
-    # the model rule of a trigger: a stored spec reaches other people's repro bundles
-    refusal = model_refusal(spec.model, settings.model_packages, allow_absolute=True)
-    if refusal is not None:
-        raise InvalidRequest("result.spec.model", refusal)
-    environment = canonical_environment(payload.environment, settings)
-    if environment["interpreter"] is not None:
-        # as a trigger: an interpreter no worker announces names nothing this service knows
-        check_interpreter_announced(session, environment["interpreter"], settings)
+    checked = check_document(payload.result, settings)
+    environment = ingest_environment(session, payload.environment, settings)
+    return store_checked(session, payload, environment, checked)
+
+
+def ingest_batch(session: Session, payload: ResultBatchIngest,
+                 settings: Settings) -> list[Ingested]:
+    """Store a batch's documents, each in a transaction of its own, as if each were posted
+    alone: nothing is stored unless every document passes its checks, and a batch posted
+    again answers its stored documents (`created` false). A conflicting document stops the
+    batch there (the 409 names it and says how many before it are stored)."""
+    checked = [check_document(doc, settings, f"results[{i}]")
+               for i, doc in enumerate(payload.results)]
+    environment = ingest_environment(session, payload.environment, settings)
+    out: list[Ingested] = []
+    for i, one in enumerate(checked):
+        try:
+            stored, created = store_checked(session, payload, environment, one)
+        except Conflict as exc:
+            stored_before = sum(1 for x in out if x.created)
+            raise Conflict(f"results[{i}]: {exc} ({stored_before} earlier document(s) of "
+                           "this batch stored by this request)") from None
+        out.append(Ingested(stored.id, stored.run_id, stored.cell_id, stored.cell.series_key,
+                            stored.status, created))
+        session.commit()
+    return out
+
+
+def store_checked(session: Session, where: ResultIngest | ResultBatchIngest,
+                  environment: dict[str, Any], checked: CheckedDocument) -> tuple[Result, bool]:
+    """Store a checked document under `where`'s project and revision; (result, created)."""
+    result, spec, key = checked.result, checked.spec, checked.series_key
     env_hash = canonical_hash(environment)
     run_key = "ingest:" + canonical_hash(
-        {"kind": "ingest", "revision": payload.revision, "environment": env_hash}
+        {"kind": "ingest", "revision": where.revision, "environment": env_hash}
     )
-    run, series_id = _find_ingest_run(session, payload.project, run_key, key)
+    run, series_id = _find_ingest_run(session, where.project, run_key, key)
     if run is None:
-        project = get_or_create_project(session, payload.project)
+        project = get_or_create_project(session, where.project)
         env = get_or_create_environment(session, environment)
         run = get_or_create(
             session,
             Run,
             {"project_id": project.id, "idempotency_key": run_key},
             {
-                "environment_id": env.id, "kind": "ingest", "revision": payload.revision,
-                "branch": payload.branch, "trigger": "ingest", "status": "running",
+                "environment_id": env.id, "kind": "ingest", "revision": where.revision,
+                "branch": where.branch, "trigger": "ingest", "status": "running",
                 "reasons": [], "request_hash": run_key.removeprefix("ingest:"), "matrix": {},
             },
         )

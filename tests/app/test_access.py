@@ -40,6 +40,7 @@ from workers import dispatch
 WRITES: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/runs"): "ci",
     ("POST", "/api/v1/results"): "ci",
+    ("POST", "/api/v1/results/batch"): "ci",
     ("POST", "/api/v1/regressions/{regression_id}/acknowledge"): "ci",
     ("POST", "/api/v1/regressions/{regression_id}/resolve"): "ci",
     # a sweep or bisect triggers runs, as a trigger does
@@ -306,6 +307,7 @@ KEY = tiny_spec().series_key("cpu")  # both projects measure it
 PROJECT_DATA: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/runs"): "write",
     ("POST", "/api/v1/results"): "write",
+    ("POST", "/api/v1/results/batch"): "write",
     ("PUT", "/api/v1/projects/{name}/detection"): "write",
     ("POST", "/api/v1/sweeps"): "write",
     ("POST", "/api/v1/bisects"): "write",
@@ -490,6 +492,9 @@ def _project_request(method: str, template: str, project: Seeded) -> tuple[str, 
     bodies: dict[str, Any] = {
         "/api/v1/runs": run_request(project=project.name),
         "/api/v1/results": ingest_body(bench_result(), project=project.name),
+        "/api/v1/results/batch": {
+            **{k: v for k, v in ingest_body(bench_result()).items() if k != "result"},
+            "project": project.name, "results": [bench_result().to_dict()]},
         "/api/v1/projects/{name}/detection": {"threshold": 0.1},
         "/api/v1/sweeps": sweep_request(project.name),
         "/api/v1/bisects": bisect_request(project.name),

@@ -12,13 +12,15 @@ from app.models import Result
 from app.schemas import (
     ID_MAX,
     ProfileDiffPublic,
+    ResultBatchIngest,
+    ResultBatchIngestedPublic,
     ResultIngest,
     ResultIngestedPublic,
     ResultProfilePublic,
     ResultPublic,
 )
 from app.services import profiles
-from app.services.results import coalescer, ingest_result, judge_soon
+from app.services.results import Ingested, coalescer, ingest_batch, ingest_result, judge_soon
 
 router = APIRouter(prefix="/api/v1/results", tags=["results"])
 
@@ -70,6 +72,54 @@ def post_result(
     else:
         response.status_code = 200
     return answer
+
+
+@router.post(
+    "/batch",
+    response_model=ResultBatchIngestedPublic,
+    status_code=201,
+    responses={
+        200: {"model": ResultBatchIngestedPublic,
+              "description": "every document was stored already"},
+        **error_responses(401, 403, 409, 413, 422, 503),
+    },
+    summary="Store a CI job's results in one request (ci scope)",
+)
+def post_results(
+    body: ResultBatchIngest,
+    session: SessionDep,
+    settings: SettingsDep,
+    access: CiAccess,
+    response: Response,
+    background: BackgroundTasks,
+) -> ResultBatchIngestedPublic:
+    """Up to 100 documents of one project, revision and environment, each stored as `POST
+    /api/v1/results` would store it alone (the same checks, run, series and answer), for
+    one request's cost: a CI job's matrix in one round trip. Every document is checked
+    before any is stored; a 422 names the document (`results[3].spec.model`). The answer
+    lists each document's stored result in the order posted. Posting the batch again is
+    safe: it answers 200 with the stored results (`created` false), so a client retries
+    a 429, a 503 or a lost connection without storing anything twice. A document that
+    differs from the one stored for its spec at this revision is a 409 naming it; the
+    documents before it are stored."""
+    access.check_write(body.project)
+    stored = ingest_batch(session, body, settings)
+    created_runs = sorted({s.run_id for s in stored if s.created})
+    if created_runs and settings.ingest_judge_delay_seconds > 0:
+        for run_id in created_runs:
+            coalescer.schedule(run_id, settings)
+    elif created_runs:
+        background.add_task(judge_soon, created_runs, settings)
+    else:
+        response.status_code = 200
+    created = sum(1 for s in stored if s.created)
+    return ResultBatchIngestedPublic(results=[_public(s) for s in stored], created=created,
+                                     existing=len(stored) - created)
+
+
+def _public(s: Ingested) -> ResultIngestedPublic:
+    return ResultIngestedPublic(result_id=s.result_id, run_id=s.run_id, cell_id=s.cell_id,
+                                series_key=s.series_key, status=s.status, created=s.created)
 
 
 READ_ERRORS = error_responses(401, 403, 404, 422, 503)
