@@ -146,6 +146,10 @@ class Api:
         """Store one result document; the same document again answers the stored one."""
         return self._call("POST", "/api/v1/results", json=body, idempotent=True)
 
+    def upload_batch(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Store a batch of documents; the same batch again answers the stored ones."""
+        return self._call("POST", "/api/v1/results/batch", json=body, idempotent=True)
+
     def run(self, run_id: int) -> dict[str, Any]:
         return self._call("GET", f"/api/v1/runs/{run_id}")
 

@@ -5,6 +5,7 @@
 | cli.service   | serve, migrate, token create/revoke/list  |
 | cli.submit    | submit (the CI client), demo              |
 | cli.report    | report (compare two revisions)            |
+| cli.upload    | upload (results measured elsewhere)       |
 | cli.repro     | repro (a folder that measures a result again) |
 | cli.policy    | policy show/set                           |
 | cli.detect    | detect                                    |
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import bench, detect, policy, report, repro, service, submit, sweep, worker
+from cli import bench, detect, policy, report, repro, service, submit, sweep, upload, worker
 
 
 def _settings_epilog() -> str:
@@ -40,7 +41,7 @@ cli = typer.Typer(
 )
 
 # Each module exposes `register(cli: typer.Typer) -> None`; the order is the help's order.
-for _group in (bench, service, submit, report, repro, sweep, worker, detect, policy):
+for _group in (bench, service, submit, report, upload, repro, sweep, worker, detect, policy):
     _group.register(cli)
 
 

@@ -520,10 +520,11 @@ def measure_reads(base: str, read_token: str, targets: dict[str, list[str]], *, 
 class Upload:
     due: float  # seconds after the step's start
     request: bytes
+    documents: int = 1  # a batch request (POST /api/v1/results/batch) carries a job's
 
 
 async def _one_connection(host: str, port: int, queue: asyncio.Queue[Upload | None],
-                          t0: float, done: list[tuple[float, float, int]]) -> None:
+                          t0: float, done: list[tuple[float, float, int, int]]) -> None:
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
     while True:
@@ -559,17 +560,18 @@ async def _one_connection(host: str, port: int, queue: asyncio.Queue[Upload | No
                     writer.close()
                 reader = writer = None
                 status = -1
-        done.append((item.due, time.perf_counter() - t0 - item.due, status))
+        done.append((item.due, time.perf_counter() - t0 - item.due, status, item.documents))
     if writer is not None:
         writer.close()
 
 
 async def _offer(host: str, port: int, uploads: list[Upload], connections: int,
-                 tail_s: float) -> tuple[list[tuple[float, float, int]], int]:
+                 tail_s: float) -> tuple[list[tuple[float, float, int, int]], int]:
     """Send each upload when it is due, over a pool of keep-alive connections; returns
-    (due, latency from due, status) per answered upload, and how many got no answer."""
+    (due, latency from due, status, documents) per answered upload, and how many got no
+    answer."""
     queue: asyncio.Queue[Upload | None] = asyncio.Queue()
-    done: list[tuple[float, float, int]] = []
+    done: list[tuple[float, float, int, int]] = []
     t0 = time.perf_counter()
     tasks = [asyncio.create_task(_one_connection(host, port, queue, t0, done))
              for _ in range(connections)]
@@ -600,9 +602,11 @@ def series_levels(dsn: str) -> dict[int, tuple[float, float]]:
 
 def upload_requests(base: str, tokens: dict[int, str], p: Plan, rate: float, seconds: float,
                     tag: str, rng: random.Random,
-                    levels: dict[int, tuple[float, float]]) -> list[Upload]:
+                    levels: dict[int, tuple[float, float]], batch: bool = False) -> list[Upload]:
     """A CI job posts its matrix, one document per series, under a new revision: jobs of
-    10 uploads each, every document new (its series' level, fresh noise of +-1%)."""
+    10 uploads each, every document new (its series' level, fresh noise of +-1%). With
+    `batch` a job posts its documents in one request (POST /api/v1/results/batch), due
+    when its first document would have been; `rate` still counts documents."""
     host = base.removeprefix("http://")
     out: list[Upload] = []
     n = int(rate * seconds)
@@ -613,19 +617,33 @@ def upload_requests(base: str, tokens: dict[int, str], p: Plan, rate: float, sec
         project = p.project_of[p.matrices[m][0]]
         revision = f"{UPLOAD_PREFIX}{tag}-{job}"
         job += 1
+        docs: list[tuple[str, dict[str, Any]]] = []
+        sent = sum(u.documents for u in out)
         for s in p.matrices[m]:
-            if len(out) == n:
+            if sent + len(docs) == n:
                 break
             level_ms, level_speedup = levels[s]
-            doc = document(p.specs[s], rng, level_ms, level_speedup)
-            body = json.dumps({"project": f"team-{project - 1:02d}", "revision": revision,
-                               "branch": "main",
-                               "environment": {"pins": UPLOAD_PINS[p.specs[s].device]},
-                               "result": doc.to_dict()}, allow_nan=False).encode()
-            head = (f"POST /api/v1/results HTTP/1.1\r\nHost: {host}\r\n"
+            docs.append((p.specs[s].device,
+                         document(p.specs[s], rng, level_ms, level_speedup).to_dict()))
+        job_of = {"project": f"team-{project - 1:02d}", "revision": revision, "branch": "main"}
+        where = {d: {**job_of, "environment": {"pins": UPLOAD_PINS[d]}} for d, _ in docs}
+        requests: list[tuple[str, dict[str, Any], int]]
+        if batch:  # one batch per device (its pins): a job's CPU and GPU documents are two runs
+            by_device = {d: [doc for e, doc in docs if e == d] for d, _ in docs}
+            requests = [("/api/v1/results/batch", {**where[d], "results": mine}, len(mine))
+                        for d, mine in by_device.items()]
+        else:
+            requests = [("/api/v1/results", {**where[d], "result": doc}, 1) for d, doc in docs]
+        due = sent / rate
+        for path, payload, count in requests:
+            body = json.dumps(payload, allow_nan=False).encode()
+            head = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\n"
                     f"Authorization: Bearer {tokens[project]}\r\n"
                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
-            out.append(Upload(len(out) / rate, head.encode() + body))
+            out.append(Upload(due, head.encode() + body, count))
+            due += count / rate
+        if sent + len(docs) >= n:
+            break
     return out
 
 
@@ -647,7 +665,7 @@ def cpu_seconds(pid: int) -> float:
 def measure_uploads(base: str, dsn: str, tokens: dict[int, str], p: Plan, *,
                     rates: list[float], seconds: float, p95_ms: float, connections: int,
                     writer: Any, server_pid: int,
-                    judged_here: bool = True) -> list[dict[str, Any]]:
+                    judged_here: bool = True, batch: bool = False) -> list[dict[str, Any]]:
     """Each rate in turn until one fails; per step also the server's CPU time per upload
     (its judging included, counted until the judging drained): a cost that co-tenants of
     the machine do not change, where the rate held depends on how much CPU they leave.
@@ -659,18 +677,19 @@ def measure_uploads(base: str, dsn: str, tokens: dict[int, str], p: Plan, *,
     steps = []
     for rate in rates:
         tag = f"{rate:g}-{secrets.token_hex(2)}"
-        uploads = upload_requests(base, tokens, p, rate, seconds, tag, rng, levels)
+        uploads = upload_requests(base, tokens, p, rate, seconds, tag, rng, levels, batch)
         load_before = loadavg()
         cpu_before = cpu_seconds(server_pid)
         done, lost = asyncio.run(_offer(host, int(port), uploads, connections, seconds + 60))
         load_after = loadavg()
-        latencies = sorted(lat * 1000 for _, lat, _ in done)
-        errors = lost + sum(1 for _, _, status in done if status != 201)
-        for due, lat, status in done:
+        latencies = sorted(lat * 1000 for _, lat, _, _ in done)
+        errors = lost + sum(1 for _, _, status, _ in done if status != 201)
+        for due, lat, status, _ in done:
             writer.writerow([rate, round(due, 4), round(lat * 1000, 2), status])
+        documents = sum(count for *_, count in done)
         q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 2 \
             else [float("nan")] * 99
-        last_answer = max((d + lat for d, lat, _ in done), default=0.0)
+        last_answer = max((d + lat for d, lat, _, _ in done), default=0.0)
         drain_started = time.monotonic()
         while judged_here and unjudged(dsn) and time.monotonic() - drain_started < 120:
             time.sleep(1.0)
@@ -678,14 +697,15 @@ def measure_uploads(base: str, dsn: str, tokens: dict[int, str], p: Plan, *,
             time.sleep(2.0)  # the coalescer's window and its sends
         step: dict[str, Any] = {
                 "rate": rate, "sent": len(uploads), "answered": len(done), "errors": errors,
-                "statuses": {str(s): sum(1 for *_, x in done if x == s)
-                             for s in sorted({x for *_, x in done})},
-                "achieved_per_s": round(len(done) / max(seconds, last_answer), 1),
+                "statuses": {str(s): sum(1 for _, _, x, _ in done if x == s)
+                             for s in sorted({x for _, _, x, _ in done})},
+                "achieved_per_s": round(documents / max(seconds, last_answer), 1),
+                "requests": len(done),
                 "p50_ms": round(q[49], 1), "p95_ms": round(q[94], 1),
                 "p99_ms": round(q[98], 1), "max_ms": round(latencies[-1], 1) if latencies else None,
                 "judging_drained_s": round(time.monotonic() - drain_started, 1),
                 "server_cpu_ms_per_upload": round(
-                    (cpu_seconds(server_pid) - cpu_before) * 1000 / max(1, len(done)), 1),
+                    (cpu_seconds(server_pid) - cpu_before) * 1000 / max(1, documents), 1),
                 "left_unjudged": unjudged(dsn),
                 "loadavg_before": load_before, "loadavg_after": load_after}
         steps.append(step)
@@ -834,7 +854,8 @@ def measure(args: argparse.Namespace) -> None:
                                         seconds=args.upload_seconds, p95_ms=args.p95_ms,
                                         connections=args.connections, writer=writer,
                                         server_pid=server.pid,
-                                        judged_here=args.judging == "api")
+                                        judged_here=args.judging == "api",
+                                        batch=args.batch)
             summary["upload_steps"] = steps
             summary["uploads_held"] = held_rate(steps, args.p95_ms)
     finally:
@@ -919,6 +940,9 @@ def main() -> None:
     m.add_argument("--read-seconds", type=float, default=60.0)
     m.add_argument("--rates", default="25,50,75,100,150,200,250,300")
     m.add_argument("--upload-seconds", type=float, default=15.0)
+    m.add_argument("--batch", action="store_true",
+                   help="each CI job posts its documents in one request "
+                   "(POST /api/v1/results/batch); rates count documents")
     m.add_argument("--connections", type=int, default=32)
     m.add_argument("--p95-ms", type=float, default=200.0)
     m.add_argument("--judging", choices=("api", "worker"), default="api",

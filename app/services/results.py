@@ -117,36 +117,74 @@ def ingest_result(
 
 def ingest_batch(session: Session, payload: ResultBatchIngest,
                  settings: Settings) -> list[Ingested]:
-    """Store a batch's documents, each in a transaction of its own, as if each were posted
-    alone: nothing is stored unless every document passes its checks, and a batch posted
-    again answers its stored documents (`created` false). A conflicting document stops the
-    batch there (the 409 names it and says how many before it are stored)."""
+    """Store a batch's documents in one transaction (committed here), each as if it were
+    posted alone (the same run, series and answer): all of them or, where any is refused,
+    none. A document
+    stored already is answered (`created` false), so a batch posted again stores nothing
+    twice; one that differs from the stored document of its spec is a 409 naming it."""
     checked = [check_document(doc, settings, f"results[{i}]")
                for i, doc in enumerate(payload.results)]
     environment = ingest_environment(session, payload.environment, settings)
-    out: list[Ingested] = []
-    for i, one in enumerate(checked):
-        try:
-            stored, created = store_checked(session, payload, environment, one)
-        except Conflict as exc:
-            stored_before = sum(1 for x in out if x.created)
-            raise Conflict(f"results[{i}]: {exc} ({stored_before} earlier document(s) of "
-                           "this batch stored by this request)") from None
-        out.append(Ingested(stored.id, stored.run_id, stored.cell_id, stored.cell.series_key,
-                            stored.status, created))
-        session.commit()
-    return out
+    try:
+        return _store_batch(session, payload, environment, checked)
+    except IntegrityError:
+        # a request beside this one stored one of these specs first: read it as stored
+        session.rollback()
+        return _store_batch(session, payload, environment, checked)
 
 
-def store_checked(session: Session, where: ResultIngest | ResultBatchIngest,
-                  environment: dict[str, Any], checked: CheckedDocument) -> tuple[Result, bool]:
-    """Store a checked document under `where`'s project and revision; (result, created)."""
-    result, spec, key = checked.result, checked.spec, checked.series_key
+def _store_batch(session: Session, where: ResultBatchIngest, environment: dict[str, Any],
+                 checked: list[CheckedDocument]) -> list[Ingested]:
+    run, _ = _ingest_run(session, where, environment, checked[0].series_key)
+    digests = [spec_hash(c.spec) for c in checked]
+    hashes = [canonical_hash(c.result.to_dict()) for c in checked]
+    stored = {digest: (result, key) for result, digest, key in session.execute(
+        select(Result, Cell.spec_hash, Cell.series_key).join(Cell, Cell.id == Result.cell_id)
+        .where(Cell.run_id == run.id, Cell.spec_hash.in_(set(digests))))}
+    keys = {c.series_key for c in checked}
+    series_ids: dict[str, int] = {key: id_ for key, id_ in session.execute(
+        select(Series.key, Series.id)
+        .where(Series.project_id == run.project_id, Series.key.in_(keys)))}
+    # loaded before any row is added: store_result reads it, and a lazy load then would
+    # autoflush the first row alone
+    assert run.environment is not None
+    rows: list[tuple[Result, str, bool]] = []
+    for i, (one, digest, document_hash) in enumerate(zip(checked, digests, hashes, strict=True)):
+        earlier = stored.get(digest)
+        if earlier is not None:
+            try:
+                rows.append((_replay(earlier[0], document_hash), earlier[1], False))
+            except Conflict as exc:
+                raise Conflict(f"results[{i}]: {exc}; nothing of this batch was stored") \
+                    from None
+            continue
+        cell = Cell(
+            run_id=run.id, spec=one.spec.to_dict(), spec_hash=digest,
+            series_key=one.series_key, queue=INGEST_QUEUE,
+            status=RESULT_TO_CELL_STATUS[one.result.status], attempts=0,
+        )
+        row = store_result(session, run, cell, one.result, one.series_key, document_hash,
+                           series_id=series_ids.get(one.series_key), flush=False)
+        if row.series_id is not None:
+            series_ids[one.series_key] = row.series_id
+        stored[digest] = (row, one.series_key)
+        rows.append((row, one.series_key, True))
+    session.flush()  # the batch's cells, then its results: a few multi-row INSERTs
+    answers = [Ingested(row.id, row.run_id, row.cell_id, key, row.status, created)
+               for row, key, created in rows]
+    session.commit()
+    return answers
+
+
+def _ingest_run(session: Session, where: ResultIngest | ResultBatchIngest,
+                environment: dict[str, Any], series_key: str) -> tuple[Run, int | None]:
+    """The project's ingest run for the revision and environment, created where it is the
+    first result; with the id of the project's series of `series_key` where it exists."""
     env_hash = canonical_hash(environment)
     run_key = "ingest:" + canonical_hash(
         {"kind": "ingest", "revision": where.revision, "environment": env_hash}
     )
-    run, series_id = _find_ingest_run(session, where.project, run_key, key)
+    run, series_id = _find_ingest_run(session, where.project, run_key, series_key)
     if run is None:
         project = get_or_create_project(session, where.project)
         env = get_or_create_environment(session, environment)
@@ -160,6 +198,14 @@ def store_checked(session: Session, where: ResultIngest | ResultBatchIngest,
                 "reasons": [], "request_hash": run_key.removeprefix("ingest:"), "matrix": {},
             },
         )
+    return run, series_id
+
+
+def store_checked(session: Session, where: ResultIngest, environment: dict[str, Any],
+                  checked: CheckedDocument) -> tuple[Result, bool]:
+    """Store a checked document under `where`'s project and revision; (result, created)."""
+    result, spec, key = checked.result, checked.spec, checked.series_key
+    run, series_id = _ingest_run(session, where, environment, key)
     digest = spec_hash(spec)
     document_hash = canonical_hash(result.to_dict())
     cell = Cell(

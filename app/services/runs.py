@@ -131,7 +131,7 @@ def record_result(session: Session, cell_id: int, result: BenchResult) -> Result
 
 def store_result(
     session: Session, run: Run, cell: Cell, result: BenchResult, key: str,
-    document_hash: str | None = None, *, series_id: int | None = None,
+    document_hash: str | None = None, *, series_id: int | None = None, flush: bool = True,
 ) -> Result:
     """Insert the result row for a checked document and move the cell to its final status.
 
@@ -140,6 +140,7 @@ def store_result(
     hashes it to recognise a retry), so the document is not serialised twice.
     `series_id`: the id of the run's project's series of `key` when the caller read it
     already (ingest reads it with the run); else it is looked up, or created.
+    `flush` False leaves the inserts to the caller's flush (a batch's rows go out together).
     """
     series = None
     if series_id is None:
@@ -176,7 +177,8 @@ def store_result(
     build = (row.fingerprint.get("environment") or {}).get("build")
     if isinstance(build, dict) and build != env.build:
         env.build = build  # the worker's last build of its venv (workers.environments)
-    session.flush()
+    if flush:
+        session.flush()
     return row
 
 

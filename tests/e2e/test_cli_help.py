@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-COMMANDS = ("bench", "demo", "submit", "report", "sweep", "bisect", "cancel", "detect",
-            "serve", "migrate", "worker", "beat", "token create", "policy set")
+COMMANDS = ("bench", "demo", "submit", "report", "upload", "sweep", "bisect", "cancel",
+            "detect", "serve", "migrate", "worker", "beat", "token create", "policy set")
 
 
 def _help(command: str) -> str:

@@ -23,7 +23,8 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "onnx", "onnxruntime", "celery", "sqlalchemy", "fastapi", "uvicorn",
          "alembic", "psycopg")
-CLIENT_COMMANDS = ("submit", "report", "policy", "sweep", "bisect", "cancel", "detect")
+CLIENT_COMMANDS = ("submit", "report", "upload", "policy", "sweep", "bisect", "cancel",
+                   "detect")
 
 # Imported before anything else (sitecustomize): every heavy package is unimportable, as in
 # an environment where it was never installed.

@@ -94,14 +94,13 @@ def post_results(
     background: BackgroundTasks,
 ) -> ResultBatchIngestedPublic:
     """Up to 100 documents of one project, revision and environment, each stored as `POST
-    /api/v1/results` would store it alone (the same checks, run, series and answer), for
-    one request's cost: a CI job's matrix in one round trip. Every document is checked
-    before any is stored; a 422 names the document (`results[3].spec.model`). The answer
-    lists each document's stored result in the order posted. Posting the batch again is
-    safe: it answers 200 with the stored results (`created` false), so a client retries
-    a 429, a 503 or a lost connection without storing anything twice. A document that
-    differs from the one stored for its spec at this revision is a 409 naming it; the
-    documents before it are stored."""
+    /api/v1/results` would store it alone (the same checks, run, series and answer), in
+    one request and one transaction: a CI job's matrix in one round trip. All of them are
+    stored or none: a 422 names the document (`results[3].spec.model`), and a document
+    that differs from the one stored for its spec at this revision is a 409 naming it.
+    The answer lists each document's stored result in the order posted. Posting the batch
+    again is safe: it answers 200 with the stored results (`created` false), so a client
+    retries a 429, a 503 or a lost connection without storing anything twice."""
     access.check_write(body.project)
     stored = ingest_batch(session, body, settings)
     created_runs = sorted({s.run_id for s in stored if s.created})
