@@ -7,6 +7,8 @@ Conv+BatchNorm to freeze.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,6 +137,21 @@ def test_timed_calls_reuse_the_graph_compiled_up_front(single_thread: None) -> N
     assert counters["stats"]["unique_graphs"] == graphs
 
 
+def compile_workers() -> list[str]:
+    """This process's children that are inductor's compile workers (their command lines)."""
+    me = str(os.getpid())
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = stat.read_text().rsplit(")", 1)[1].split()[1]
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        if ppid == me and "compile_worker" in cmdline:
+            found.append(cmdline)
+    return found
+
+
 @pytest.mark.slow
 def test_tensor_weights_compile_unfrozen_match_eager_and_count_graph_breaks(
     single_thread: None,
@@ -143,6 +160,23 @@ def test_tensor_weights_compile_unfrozen_match_eager_and_count_graph_breaks(
     assert compiled.evidence["freezing"] is False
     assert compiled.evidence["graph_breaks"] >= 1
     assert compiled.evidence["dynamo_graphs"] == 2
+
+
+@pytest.mark.slow
+def test_no_compile_worker_runs_on_beside_the_timing_after_a_build(
+    single_thread: None,
+) -> None:
+    """A GPU build compiles its Triton kernels in inductor's worker processes, which then
+    stayed up (and a load from the cache started them, still importing torch while the
+    process timed, about one core busy beside it)."""
+    from torch._inductor import config
+    from torch._inductor.async_compile import AsyncCompile
+
+    with config.patch(compile_threads=2):
+        AsyncCompile.warm_pool()  # started, as a GPU build starts them
+        assert compile_workers(), "the workers' process was not found: the check sees nothing"
+        compile_and_check(conv_bn_relu(), inductor_spec(weights="tensor"))
+        assert compile_workers() == []
 
 
 @pytest.mark.slow
