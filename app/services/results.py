@@ -54,12 +54,6 @@ log = logging.getLogger(__name__)
 INGEST_QUEUE = "ingest"  # not a real queue: marks cells that no worker ran
 
 
-def parse_document(payload: ResultIngest) -> BenchResult:
-    """The posted document as the dataclass the services judge; its schema
-    (benchmarks.result_schema) was applied when the body was read."""
-    return BenchResult.from_document(payload.result)
-
-
 @dataclass(frozen=True)
 class CheckedDocument:
     """A posted document that passed every check the store makes, ready to store."""
@@ -119,9 +113,9 @@ def ingest_batch(session: Session, payload: ResultBatchIngest,
                  settings: Settings) -> list[Ingested]:
     """Store a batch's documents in one transaction (committed here), each as if it were
     posted alone (the same run, series and answer): all of them or, where any is refused,
-    none. A document
-    stored already is answered (`created` false), so a batch posted again stores nothing
-    twice; one that differs from the stored document of its spec is a 409 naming it."""
+    none. A document stored already is answered (`created` false), so a batch posted again
+    stores nothing twice; one that differs from the stored document of its spec is a 409
+    naming it."""
     checked = [check_document(doc, settings, f"results[{i}]")
                for i, doc in enumerate(payload.results)]
     environment = ingest_environment(session, payload.environment, settings)
@@ -158,11 +152,7 @@ def _store_batch(session: Session, where: ResultBatchIngest, environment: dict[s
                 raise Conflict(f"results[{i}]: {exc}; nothing of this batch was stored") \
                     from None
             continue
-        cell = Cell(
-            run_id=run.id, spec=one.spec.to_dict(), spec_hash=digest,
-            series_key=one.series_key, queue=INGEST_QUEUE,
-            status=RESULT_TO_CELL_STATUS[one.result.status], attempts=0,
-        )
+        cell = _ingest_cell(run, one, digest)
         row = store_result(session, run, cell, one.result, one.series_key, document_hash,
                            series_id=series_ids.get(one.series_key), flush=False)
         if row.series_id is not None:
@@ -201,6 +191,15 @@ def _ingest_run(session: Session, where: ResultIngest | ResultBatchIngest,
     return run, series_id
 
 
+def _ingest_cell(run: Run, checked: CheckedDocument, digest: str) -> Cell:
+    """The new cell of the ingest run that a posted document's result is filed under."""
+    return Cell(
+        run_id=run.id, spec=checked.spec.to_dict(), spec_hash=digest,
+        series_key=checked.series_key, queue=INGEST_QUEUE,
+        status=RESULT_TO_CELL_STATUS[checked.result.status], attempts=0,
+    )
+
+
 def store_checked(session: Session, where: ResultIngest, environment: dict[str, Any],
                   checked: CheckedDocument) -> tuple[Result, bool]:
     """Store a checked document under `where`'s project and revision; (result, created)."""
@@ -208,10 +207,7 @@ def store_checked(session: Session, where: ResultIngest, environment: dict[str, 
     run, series_id = _ingest_run(session, where, environment, key)
     digest = spec_hash(spec)
     document_hash = canonical_hash(result.to_dict())
-    cell = Cell(
-        run_id=run.id, spec=spec.to_dict(), spec_hash=digest, series_key=key,
-        queue=INGEST_QUEUE, status=RESULT_TO_CELL_STATUS[result.status], attempts=0,
-    )
+    cell = _ingest_cell(run, checked, digest)
     run_id = run.id
     try:
         stored = store_result(session, run, cell, result, key, document_hash,
