@@ -85,7 +85,7 @@ def serve(
     bind_host = host or settings.host
     bind_port = port or settings.port
     typer.echo(f"speedwatch on http://{bind_host}:{bind_port}: dashboard at /, API docs at /docs")
-    uvicorn.run("app.main:create_app", factory=True, host=bind_host, port=bind_port,
+    uvicorn.run("app.main:create_served_app", factory=True, host=bind_host, port=bind_port,
                 workers=workers, log_level="info")
 
 

@@ -173,7 +173,7 @@ def api_server(database_url: str) -> Iterator[str]:
     env = {**os.environ, "SPEEDWATCH_DATABASE_URL": database_url,
            "SPEEDWATCH_EXECUTOR": "none", "SPEEDWATCH_PUBLIC_READS": "false"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory", "--host",
+        [sys.executable, "-m", "uvicorn", "app.main:create_served_app", "--factory", "--host",
          "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"],
         cwd=ROOT, env=env,
     )

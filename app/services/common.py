@@ -44,6 +44,14 @@ def get_or_create(
     found = session.scalars(select(model).filter_by(**lookup)).first()
     if found is not None:
         return found
+    return create_or_get(session, model, lookup, defaults)
+
+
+def create_or_get(
+    session: Session, model: type[M], lookup: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> M:
+    """Insert the row of `lookup` (a unique key), or read it where a concurrent transaction
+    inserted it first: `get_or_create` for a caller that has just looked and not found it."""
     try:
         with session.begin_nested():
             created = model(**lookup, **(defaults or {}))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -38,12 +38,20 @@ from app.services.common import (
     canonical_environment,
     canonical_hash,
     check_result_document,
-    get_or_create,
+    create_or_get,
     get_or_create_environment,
     get_or_create_project,
+    get_or_create_series,
     spec_hash,
 )
-from app.services.runs import RESULT_TO_CELL_STATUS, finish_run_if_complete, store_result
+from app.services.runs import (
+    RESULT_TO_CELL_STATUS,
+    finish_run_if_complete,
+    finished_cell_values,
+    note_environment,
+    result_values,
+    store_result,
+)
 from app.services.workers import check_interpreter_announced, has_live_consumer
 from benchmarks.result import BenchResult
 from benchmarks.result_schema import BenchResultDocument
@@ -132,38 +140,59 @@ def _store_batch(session: Session, where: ResultBatchIngest, environment: dict[s
     run, _ = _ingest_run(session, where, environment, checked[0].series_key)
     digests = [spec_hash(c.spec) for c in checked]
     hashes = [canonical_hash(c.result.to_dict()) for c in checked]
-    stored = {digest: (result, key) for result, digest, key in session.execute(
-        select(Result, Cell.spec_hash, Cell.series_key).join(Cell, Cell.id == Result.cell_id)
-        .where(Cell.run_id == run.id, Cell.spec_hash.in_(set(digests))))}
+    stored = {digest: (result.id, result.cell_id, result.status, result.document_hash, key)
+              for result, digest, key in session.execute(
+                  select(Result, Cell.spec_hash, Cell.series_key)
+                  .join(Cell, Cell.id == Result.cell_id)
+                  .where(Cell.run_id == run.id, Cell.spec_hash.in_(set(digests))))}
     keys = {c.series_key for c in checked}
     series_ids: dict[str, int] = {key: id_ for key, id_ in session.execute(
         select(Series.key, Series.id)
         .where(Series.project_id == run.project_id, Series.key.in_(keys)))}
-    # loaded before any row is added: store_result reads it, and a lazy load then would
-    # autoflush the first row alone
-    assert run.environment is not None
-    rows: list[tuple[Result, str, bool]] = []
-    for i, (one, digest, document_hash) in enumerate(zip(checked, digests, hashes, strict=True)):
-        earlier = stored.get(digest)
-        if earlier is not None:
-            try:
-                rows.append((_replay(earlier[0], document_hash), earlier[1], False))
-            except Conflict as exc:
-                raise Conflict(f"results[{i}]: {exc}; nothing of this batch was stored") \
-                    from None
-            continue
-        cell = _ingest_cell(run, one, digest)
-        row = store_result(session, run, cell, one.result, one.series_key, document_hash,
-                           series_id=series_ids.get(one.series_key), flush=False)
-        if row.series_id is not None:
-            series_ids[one.series_key] = row.series_id
-        stored[digest] = (row, one.series_key)
-        rows.append((row, one.series_key, True))
-    session.flush()  # the batch's cells, then its results: a few multi-row INSERTs
-    answers = [Ingested(row.id, row.run_id, row.cell_id, key, row.status, created)
-               for row, key, created in rows]
+    for key in sorted(keys - series_ids.keys()):  # a series' first result
+        series_ids[key] = get_or_create_series(session, run.project_id, key).id
+    fresh: dict[str, int] = {}  # digest -> index of the document stored
+    for i, (digest, document_hash) in enumerate(zip(digests, hashes, strict=True)):
+        earlier = stored.get(digest) or (
+            (None, None, None, hashes[fresh[digest]], None) if digest in fresh else None)
+        if earlier is None:
+            fresh[digest] = i
+        elif earlier[3] != document_hash:
+            raise Conflict(f"results[{i}]: {_conflict(earlier[0])}; nothing of this batch "
+                           "was stored")
+    new = [checked[i] for i in fresh.values()]
+    if new:
+        _insert_new(session, run, new, [digests[i] for i in fresh.values()],
+                    [hashes[i] for i in fresh.values()], series_ids, stored)
+    answers = [Ingested(stored[d][0], run.id, stored[d][1], stored[d][4], stored[d][2],
+                        fresh.get(d) == i)
+               for i, d in enumerate(digests)]
     session.commit()
     return answers
+
+
+def _insert_new(session: Session, run: Run, new: list[CheckedDocument], digests: list[str],
+                hashes: list[str], series_ids: dict[str, int],
+                stored: dict[str, tuple[Any, ...]]) -> None:
+    now = datetime.now(timezone.utc)
+    cell_ids = session.scalars(
+        insert(Cell).returning(Cell.id, sort_by_parameter_order=True),
+        [{"run_id": run.id, "spec": one.spec.to_dict(), "spec_hash": digest,
+          "queue": INGEST_QUEUE, "attempts": 0, "created_at": now,
+          **finished_cell_values(one.result, one.series_key, now)}
+         for one, digest in zip(new, digests, strict=True)]).all()
+    values = [result_values(one.result, document_hash) for one, document_hash
+              in zip(new, hashes, strict=True)]
+    result_ids = session.scalars(
+        insert(Result).returning(Result.id, sort_by_parameter_order=True),
+        [{**row, "cell_id": cell_id, "run_id": run.id,
+          "series_id": series_ids[one.series_key], "sweep_id": run.sweep_id}
+         for row, cell_id, one in zip(values, cell_ids, new, strict=True)]).all()
+    for one, digest, row, cell_id, result_id in zip(new, digests, values, cell_ids, result_ids,
+                                                    strict=True):
+        stored[digest] = (result_id, cell_id, row["status"], row["document_hash"],
+                          one.series_key)
+        note_environment(run, row["installed_versions"], row["fingerprint"])
 
 
 def _ingest_run(session: Session, where: ResultIngest | ResultBatchIngest,
@@ -178,12 +207,13 @@ def _ingest_run(session: Session, where: ResultIngest | ResultBatchIngest,
     if run is None:
         project = get_or_create_project(session, where.project)
         env = get_or_create_environment(session, environment)
-        run = get_or_create(
+        run = create_or_get(  # (not found just above)
             session,
             Run,
             {"project_id": project.id, "idempotency_key": run_key},
             {
-                "environment_id": env.id, "kind": "ingest", "revision": where.revision,
+                # the row itself, not its id: storing a result reads run.environment
+                "environment": env, "kind": "ingest", "revision": where.revision,
                 "branch": where.branch, "trigger": "ingest", "status": "running",
                 "reasons": [], "request_hash": run_key.removeprefix("ingest:"), "matrix": {},
             },
@@ -338,8 +368,11 @@ def _existing(session: Session, run_id: int, digest: str) -> Result | None:
 
 def _replay(existing: Result, document_hash: str) -> Result:
     if existing.document_hash != document_hash:
-        raise Conflict(
-            f"a different result for this spec is already stored for this revision and "
-            f"environment (result {existing.id}); post it under another revision label"
-        )
+        raise Conflict(_conflict(existing.id))
     return existing
+
+
+def _conflict(result_id: int | None) -> str:
+    stored = f" (result {result_id})" if result_id is not None else " (earlier in this batch)"
+    return (f"a different result for this spec is already stored for this revision and "
+            f"environment{stored}; post it under another revision label")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, load_only
@@ -146,12 +147,8 @@ def store_result(
     if series_id is None:
         series = get_or_create_series(session, run.project_id, key)
         series_id = series.id
-    now = _now()
-    cell.status = RESULT_TO_CELL_STATUS[result.status]
-    cell.error = None if result.status == "ok" else _clip(result.reason or result.status)
-    cell.series_key = key
-    cell.finished_at = now
-    cell.updated_at = now
+    for name, value in finished_cell_values(result, key, _now()).items():
+        setattr(cell, name, value)
     row = result_row(result, document_hash)
     if cell.id is None:
         row.cell = cell  # a new cell (ingest) and its result go out in one flush
@@ -168,26 +165,45 @@ def store_result(
     # A sweep's measurement of another release: no point of its series either.
     row.sweep_id = run.sweep_id
     session.add(row)
-    env = run.environment
-    merged = {**(env.installed or {}), **row.installed_versions}
-    if merged != (env.installed or {}):
-        # Written only when it changes: the row is shared by every run of the environment,
-        # and an UPDATE would hold its lock until this transaction commits.
-        env.installed = merged
-    build = (row.fingerprint.get("environment") or {}).get("build")
-    if isinstance(build, dict) and build != env.build:
-        env.build = build  # the worker's last build of its venv (workers.environments)
+    note_environment(run, row.installed_versions, row.fingerprint)
     if flush:
         session.flush()
     return row
 
 
+def finished_cell_values(result: BenchResult, key: str, now: datetime) -> dict[str, Any]:
+    """A cell's columns once its result is stored: its final status, error and key."""
+    return {"status": RESULT_TO_CELL_STATUS[result.status],
+            "error": None if result.status == "ok" else _clip(result.reason or result.status),
+            "series_key": key, "finished_at": now, "updated_at": now}
+
+
+def note_environment(run: Run, installed: dict[str, str], fingerprint: dict[str, Any]) -> None:
+    """What a result found installed, added to its run's environment, and the worker's
+    last build of its venv (workers.environments)."""
+    env = run.environment
+    merged = {**(env.installed or {}), **installed}
+    if merged != (env.installed or {}):
+        # Written only when it changes: the row is shared by every run of the environment,
+        # and an UPDATE would hold its lock until this transaction commits.
+        env.installed = merged
+    build = (fingerprint.get("environment") or {}).get("build")
+    if isinstance(build, dict) and build != env.build:
+        env.build = build
+
+
 def result_row(result: BenchResult, document_hash: str | None = None) -> Result:
-    """The Result columns for a document (without its cell, run and series ids);
+    """The Result row for a document (without its cell, run and series ids);
     `document_hash` is `canonical_hash(result.to_dict())`, computed here when not given."""
+    return Result(**result_values(result, document_hash))
+
+
+def result_values(result: BenchResult, document_hash: str | None = None) -> dict[str, Any]:
+    """The Result columns for a document (without its cell, run and series ids), as a
+    row object takes them and as a multi-row INSERT does (a batch upload)."""
     base, cand, sp, acc = result.baseline, result.candidate, result.speedup, result.accuracy
     packages = result.fingerprint.get("packages") or {}
-    return Result(
+    return dict(
         status=result.status,
         reason=result.reason,
         schema_version=result.schema_version,
