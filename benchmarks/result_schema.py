@@ -32,13 +32,15 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    BaseModel,
     Field,
     PlainValidator,
     StrictBool,
     TypeAdapter,
+    ValidationError,
     create_model,
     model_validator,
 )
@@ -347,6 +349,28 @@ class AdaptiveEvidence(Open):
     reference_error: Text | None = None
 
 
+class ComparisonEvidence(Open):
+    """The cell compared with its baseline's environment measured in the same session, in
+    turns (benchmarks.adaptive): the verdict takes this ratio instead of one against the
+    stored baseline when the environment is the baseline's."""
+
+    mode: Name | None = None  # "interleaved"
+    baseline_result_id: Count | None = None
+    baseline_environment: Name | None = None  # the baseline's environment digest
+    baseline_speedup: Positive | None = None
+    baseline_measured_speedup: Positive | None = None
+    baseline_ci: Annotated[list[Positive], Field(min_length=2, max_length=2)] | None = None
+    baseline_timing_seconds: NonNegative | None = None
+    ratio: Positive | None = None
+    ratio_ci: Annotated[list[Positive], Field(min_length=2, max_length=2)] | None = None
+    basis: Name | None = None  # "candidate_side" or "speedups"
+    # the candidate sides' pairs adjusted by eager's (benchmarks.paired_units)
+    control_variate: StrictBool | None = None
+    pairs: Count | None = None
+    threshold: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, lt=1)] | None = \
+        None
+
+
 class EvidenceDocument(Open):
     """What explains a speedup and how it was measured. Backend evidence (onnx_node_counts,
     trt_*, inductor_kernels, torch_trt_*, ...) is open-ended: bounded JSON."""
@@ -366,6 +390,7 @@ class EvidenceDocument(Open):
     ci_method: Method | None = None
     sides: SidesEvidence | None = None
     adaptive: AdaptiveEvidence | None = None
+    comparison: ComparisonEvidence | None = None
 
 
 class NvmlReading(Open):
@@ -423,6 +448,23 @@ class SoftwareIdentity(Open):
     sides: Annotated[dict[Side, ShortDigest | None], Field(max_length=2)] | None = None
 
 
+class HostLoadRecord(Open):
+    """How busy other processes kept a CPU host while a result was timed (benchmarks.host;
+    a unit's reading, or a merged result's over its units, benchmarks.merging)."""
+
+    other_cores: NonNegative | None = None
+    peak_cores: NonNegative | None = None
+    seconds: NonNegative | None = None
+    cores: Count | None = None
+    threshold: NonNegative | None = None
+    units: Count | None = None
+    units_loaded: Count | None = None
+    loaded: StrictBool | None = None
+    # units timed again for the load: [{unit, other_cores}]
+    remeasured: Annotated[list[dict[Name, NonNegative]], Field(max_length=MAX_PROCESSES)] | \
+        None = None
+
+
 class FingerprintDocument(Open):
     """What the result ran on. `packages` become the installed versions the service shows
     and compares, so they are names and version strings, nothing else."""
@@ -452,6 +494,7 @@ class FingerprintDocument(Open):
     environment: EnvironmentRecord | None = None
     model: ModelRecord | None = None
     software: SoftwareIdentity | None = None
+    host_load: HostLoadRecord | None = None
 
 
 Round = Annotated[list[Positive], Field(min_length=1, max_length=MAX_ROUND_SAMPLES)]
@@ -554,3 +597,33 @@ def error_path(loc: tuple[int | str, ...] | list[int | str], prefix: str = "") -
         else:
             name += ("." if name else "") + str(part)
     return name
+
+
+_Part = TypeVar("_Part", bound=BaseModel)
+
+
+def stored_part(model: type[_Part], value: object) -> _Part | None:
+    """A part of a stored document as its schema types it, for a reader (the verdict's
+    notes): None where it is absent, or refused by the schema (a result stored before that
+    part was declared, or one built in a worker, which is checked by `BenchResult.check`
+    rather than this schema), so a reader of typed fields needs no guard of its own."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        return None
+
+
+def stored_evidence(evidence: object) -> EvidenceDocument:
+    """A stored result's evidence, typed: each declared part the schema holds, one it
+    refuses left out (so one odd part does not hide the others from the reader)."""
+    if not isinstance(evidence, dict):
+        return EvidenceDocument()
+    whole = stored_part(EvidenceDocument, evidence)
+    if whole is not None:
+        return whole
+    kept = {name: evidence[name] for name in EvidenceDocument.model_fields
+            if name in evidence
+            and stored_part(EvidenceDocument, {name: evidence[name]}) is not None}
+    return EvidenceDocument.model_validate(kept)

@@ -13,25 +13,32 @@ import numpy as np
 from app.detection.verdict_types import Baseline, percent
 from benchmarks import identity
 from benchmarks.result import BenchResult
+from benchmarks.result_schema import (
+    AdaptiveEvidence,
+    ComparisonEvidence,
+    HostLoadRecord,
+    stored_evidence,
+    stored_part,
+)
 from benchmarks.stats import (
     log_half_width,
 )
 
 
 def in_session_comparison(result: BenchResult,
-                          baseline: Baseline | None) -> Mapping[str, Any] | None:
+                          baseline: Baseline | None) -> ComparisonEvidence | None:
     """The result's comparison with its baseline's environment measured in the same session
-    (benchmarks.isolation: `evidence.comparison`), when it compared with this baseline's
-    environment; None otherwise."""
-    comparison = _mapping(_mapping(result.evidence).get("comparison"))
-    if comparison.get("mode") != "interleaved" or baseline is None or baseline.result is None:
+    (benchmarks.adaptive: `evidence.comparison`), when it compared with this baseline's
+    environment and holds a ratio, its interval and the baseline's speedup; None otherwise."""
+    comparison = stored_evidence(result.evidence).comparison
+    if comparison is None or comparison.mode != "interleaved" or baseline is None \
+            or baseline.result is None:
         return None
     old = identity.of(baseline.result.fingerprint)
-    if old is None or comparison.get("baseline_environment") != old["environment"]:
+    if old is None or comparison.baseline_environment != old["environment"]:
         return None
-    numbers = [comparison.get("ratio"), *(comparison.get("ratio_ci") or [None, None]),
-               comparison.get("baseline_speedup")]
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in numbers):
+    if comparison.ratio is None or comparison.ratio_ci is None \
+            or comparison.baseline_speedup is None:
         return None
     return comparison
 
@@ -40,63 +47,67 @@ def measurement_notes(result: BenchResult) -> list[str]:
     """How the result was measured, where a reader of the verdict must know it: a timing
     fallback, and how long the adaptive measurement took to decide (or that it did not)."""
     notes: list[str] = []
-    evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
-    fallback = evidence.get("cuda_graphs_fallback")
-    if fallback:
-        notes.append(f"timed without CUDA graphs (fallback): {fallback}")
-    adaptive = evidence.get("adaptive")
-    if isinstance(adaptive, Mapping) and adaptive.get("processes"):
-        k, seconds = adaptive.get("processes"), adaptive.get("timing_seconds") or 0.0
-        stopped = adaptive.get("stopped_by")
-        limit = "timing budget" if stopped == "budget" else "process limit"
-        decided_wide = (adaptive.get("outcome") not in (None, "undecided")
-                        and isinstance(adaptive.get("target_half_width"), (int, float))
-                        and isinstance(adaptive.get("log_half_width"), (int, float)))
-        interleaved = adaptive.get("mode") == "interleaved"
-        how = (f"the same software as the baseline: {k} processes ({seconds:.1f} s of timing), "
-               "nothing to decide" if stopped == "same_software" else
-               f"decided after {k} units of each environment in turns ({seconds:.1f} s of "
-               "timing)" if stopped == "decided" and interleaved else
-               f"decided after {k} processes ({seconds:.1f} s of timing)"
-               if stopped == "decided" else
-               f"decided, but the CI half-width {math.expm1(adaptive['log_half_width']):.2%} "
-               f"is above the {adaptive['target_half_width']:.2%} target: stopped at {k} "
-               f"processes ({seconds:.1f} s of timing) by the {limit}"
-               if decided_wide and stopped in ("budget", "max_processes") else
-               f"not decided: stopped at {k} processes ({seconds:.1f} s of timing) by the "
-               f"{limit}"
-               if stopped in ("budget", "max_processes") else
-               f"measured in {k} processes ({seconds:.1f} s of timing)")
-        resolvable = _mapping(adaptive.get("resolvable"))
-        half, budget = resolvable.get("half_width"), resolvable.get("budget_seconds")
-        if isinstance(half, (int, float)) and isinstance(budget, (int, float)):
-            how += (f"; this runner resolves +-{half:.1%} in {budget:g} s of timing (a "
-                    "comparison's half-width, from this cell's own units)")
-        notes.append(f"measurement: {how}")
+    evidence = stored_evidence(result.evidence)
+    if evidence.cuda_graphs_fallback:
+        notes.append(f"timed without CUDA graphs (fallback): {evidence.cuda_graphs_fallback}")
+    adaptive = evidence.adaptive
+    if adaptive is not None and adaptive.processes:
+        notes.append(f"measurement: {_how_measured(adaptive)}")
     load = host_load_note(result)
     if load:
         notes.append(load)
     return notes
 
 
+def _how_measured(adaptive: AdaptiveEvidence) -> str:
+    k, seconds, stopped = adaptive.processes, adaptive.timing_seconds or 0.0, adaptive.stopped_by
+    limit = "timing budget" if stopped == "budget" else "process limit"
+    wide = (adaptive.outcome not in (None, "undecided")
+            and adaptive.target_half_width is not None and adaptive.log_half_width is not None)
+    how = (f"the same software as the baseline: {k} processes ({seconds:.1f} s of timing), "
+           "nothing to decide" if stopped == "same_software" else
+           f"decided after {k} units of each environment in turns ({seconds:.1f} s of "
+           "timing)" if stopped == "decided" and adaptive.mode == "interleaved" else
+           f"decided after {k} processes ({seconds:.1f} s of timing)"
+           if stopped == "decided" else
+           f"decided, but the CI half-width {math.expm1(adaptive.log_half_width or 0):.2%} "
+           f"is above the {adaptive.target_half_width or 0:.2%} target: stopped at {k} "
+           f"processes ({seconds:.1f} s of timing) by the {limit}"
+           if wide and stopped in ("budget", "max_processes") else
+           f"not decided: stopped at {k} processes ({seconds:.1f} s of timing) by the "
+           f"{limit}"
+           if stopped in ("budget", "max_processes") else
+           f"measured in {k} processes ({seconds:.1f} s of timing)")
+    resolvable = adaptive.resolvable
+    if resolvable is not None and resolvable.half_width is not None \
+            and resolvable.budget_seconds is not None:
+        how += (f"; this runner resolves +-{resolvable.half_width:.1%} in "
+                f"{resolvable.budget_seconds:g} s of timing (a comparison's half-width, from "
+                "this cell's own units)")
+    return how
+
+
 def host_load_note(result: BenchResult) -> str | None:
     """The CPU load guard's mark, in words: a result timed beside busy co-tenants is stored
     as such, never as a quiet measurement (benchmarks.host)."""
-    fingerprint = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
-    load = fingerprint.get("host_load")
-    if not isinstance(load, Mapping) or not load.get("loaded"):
+    load = _host_load(result)
+    if load is None or not load.loaded:
         return None
-    remeasured = load.get("remeasured") or []
-    again = f", {len(remeasured)} re-measured" if remeasured else ""
-    cores = f" of {load['cores']}" if load.get("cores") else ""
+    again = f", {len(load.remeasured)} re-measured" if load.remeasured else ""
+    cores = f" of {load.cores}" if load.cores else ""
     why = ("a busy CPU can delay the work a GPU side launches from it"
            if _mapping(result.spec).get("device") == "cuda" else
            "a co-tenant sharing caches and memory bandwidth can bias a CPU speedup by "
            "several percent")
-    return (f"host busy: other processes kept {float(load.get('other_cores') or 0):.1f}"
-            f"{cores} cores busy while timing ({load.get('units_loaded')} of "
-            f"{load.get('units')} units past the {float(load.get('threshold') or 0):g}-core "
+    return (f"host busy: other processes kept {load.other_cores or 0:.1f}"
+            f"{cores} cores busy while timing ({load.units_loaded} of "
+            f"{load.units} units past the {load.threshold or 0:g}-core "
             f"guard{again}); {why}")
+
+
+def _host_load(result: BenchResult) -> HostLoadRecord | None:
+    fingerprint = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
+    return stored_part(HostLoadRecord, fingerprint.get("host_load"))
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -118,16 +129,15 @@ UNEVEN_PROCESS_SHARE = 0.05
 def uneven_processes_note(result: BenchResult) -> str | None:
     """The processes whose own level of one side moved, in words (None if none did or too
     few processes ran to tell): what widened an interval that stayed undecided."""
-    units = [u for u in _mapping(result.evidence).get("processes") or []
-             if isinstance(u, Mapping)]
+    units = stored_evidence(result.evidence).processes or []
     if len(units) < 4:
         return None
     backend = _mapping(result.spec).get("backend")
     found: list[tuple[float, str]] = []
     for key, side in (("baseline_median_ms", "eager"),
                       ("candidate_median_ms", str(backend or "the candidate"))):
-        levels = [u.get(key) for u in units]
-        if not all(isinstance(v, (int, float)) and v > 0 for v in levels):
+        levels = [getattr(u, key) for u in units]
+        if any(v is None for v in levels):
             continue
         values = np.asarray(levels, dtype=float)
         median = float(np.median(values))
@@ -153,20 +163,17 @@ def inconclusive_cause(result: BenchResult, baseline: Baseline | None,
     threshold), and what would settle it, in one line: builds
     that chose differently, a busy host, a wide baseline, or the budget or process limit
     that ran out first."""
-    evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
-    spec = result.spec if isinstance(result.spec, Mapping) else {}
-    timing = _mapping(spec.get("timing"))
-    build = _mapping(evidence.get("build"))
-    if isinstance(build.get("distinct"), int) and build["distinct"] > 1:
-        spread = build.get("spread")
-        apart = f", their speedups {spread:.1%} apart" if isinstance(spread, float) else ""
-        return (f"why inconclusive: its {build['distinct']} builds chose differently{apart} "
+    evidence = stored_evidence(result.evidence)
+    timing = _mapping(_mapping(result.spec).get("timing"))
+    build = evidence.build
+    if build is not None and build.distinct is not None and build.distinct > 1:
+        apart = f", their speedups {build.spread:.1%} apart" if build.spread is not None else ""
+        return (f"why inconclusive: its {build.distinct} builds chose differently{apart} "
                 "(builds as shipped): measure with timing.builds pinned, or allow more "
                 "processes (timing.max_processes) to average over builds")
-    fingerprint = result.fingerprint if isinstance(result.fingerprint, Mapping) else {}
-    load = fingerprint.get("host_load")
-    if isinstance(load, Mapping) and load.get("loaded"):
-        return (f"why inconclusive: the host was busy ({float(load.get('other_cores') or 0):.1f} "
+    load = _host_load(result)
+    if load is not None and load.loaded:
+        return (f"why inconclusive: the host was busy ({load.other_cores or 0:.1f} "
                 "other cores): re-run on a quiet runner, or give benchmarks cores of their "
                 "own (the worker host's benchmark cores: see the configuration)")
     if result.speedup is None:
@@ -178,9 +185,8 @@ def inconclusive_cause(result: BenchResult, baseline: Baseline | None,
         return (f"why inconclusive: the baseline's own interval ({_relative(log_half_width(base))}"
                 f") is the wider one: pin a more precise run as the baseline, or let this "
                 "run become the baseline")
-    adaptive = _mapping(evidence.get("adaptive"))
-    stopped = adaptive.get("stopped_by")
-    k = adaptive.get("processes")
+    adaptive = evidence.adaptive or AdaptiveEvidence()
+    stopped, k = adaptive.stopped_by, adaptive.processes
     width = f"the interval ({_relative(own)}) is too wide for a {percent(threshold)} threshold"
     would = what_would_decide(adaptive, threshold)
     if stopped == "budget":
@@ -197,20 +203,17 @@ def inconclusive_cause(result: BenchResult, baseline: Baseline | None,
             "the threshold")
 
 
-def what_would_decide(adaptive: Mapping[str, Any], threshold: float) -> str:
+def what_would_decide(adaptive: AdaptiveEvidence, threshold: float) -> str:
     """What budget, or what threshold, would have decided an undecided comparison, from the
     measurement's own ratio and interval: its half-width shrinks as one over the square
     root of the units, so a budget (h / d)^2 times the spent one reaches the distance d
     from the ratio to the line it must clear (no change for a drop past the threshold, the
     threshold's line otherwise); the threshold that passes it now is where its interval
     ends."""
-    ratio, ci = adaptive.get("ratio"), adaptive.get("ratio_ci") or [None, None]
-    spent, half = adaptive.get("timing_seconds"), adaptive.get("log_half_width")
-    values = [ratio, *ci, spent, half]
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values):
+    ratio, ci = adaptive.ratio, adaptive.ratio_ci or [None, None]
+    spent, half = adaptive.timing_seconds, adaptive.log_half_width
+    if ratio is None or ci[0] is None or ci[1] is None or not spent or not half:
         return ""
-    assert isinstance(ratio, (int, float)) and isinstance(spent, (int, float))
-    assert isinstance(half, (int, float))
     low = float(ci[0])
     past = ratio < 1 - threshold
     # a drop past the threshold decides once its interval excludes no change; one short of

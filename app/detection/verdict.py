@@ -42,7 +42,6 @@ import numpy as np
 import numpy.typing as npt
 
 from app.detection.notes import (
-    _mapping,
     in_session_comparison,
     inconclusive_cause,
     measurement_notes,
@@ -322,14 +321,15 @@ def in_session_verdict(result: BenchResult, baseline: Baseline | None,
     if comparison is None or result.speedup is None:
         return None
     assert baseline is not None
-    ratio = float(comparison["ratio"])
-    low, high = (float(v) for v in comparison["ratio_ci"])
+    ratio, ci, base = comparison.ratio, comparison.ratio_ci, comparison.baseline_speedup
+    assert ratio is not None and ci is not None and base is not None  # all there, it checked
+    low, high = ci
     est = RatioEstimate(ratio, min(low, ratio), max(high, ratio), 0.95, result.speedup.value,
-                        float(comparison["baseline_speedup"]))
-    pairs = comparison.get("pairs")
+                        base)
+    pairs = comparison.pairs
     basis = ("; eager ran the same software in both, so the candidate sides' own times are "
-             "compared" if comparison.get("basis") == "candidate_side" else "")
-    if basis and comparison.get("control_variate") is True:
+             "compared" if comparison.basis == "candidate_side" else "")
+    if basis and comparison.control_variate is True:
         basis += ", adjusted by eager's pair by pair for the host's moving speed"
     return _classify(est, threshold, 0.95,
                      f"{baseline.description}, its environment measured in turns with this "
@@ -353,7 +353,7 @@ def same_software_note(result: BenchResult, baseline: Baseline | None,
     same = (f"same software as {baseline.description} (identity {new['digest']}: "
             "interpreter, installed distributions, harness, model and build all equal)")
     if speed.verdict in ("regression", "improvement"):
-        runner = str(_mapping(result.fingerprint).get("hostname") or "an unnamed runner")
+        runner = str(result.fingerprint.get("hostname") or "an unnamed runner")
         return (f"{same}: the measured {measured} is beyond what this host's noise explains: "
                 f"host drift on runner {runner} (an operations matter, not a change of the "
                 "code)", True)

@@ -9,6 +9,7 @@ from app.detection.notes import what_would_decide
 from app.detection.verdict import judge_cell
 from benchmarks import identity
 from benchmarks.result import Speedup
+from benchmarks.result_schema import AdaptiveEvidence
 from benchmarks.stats import PROCESSES_METHOD
 from tests.detection.test_verdict import previous, result
 
@@ -96,6 +97,6 @@ def test_an_undecided_comparison_says_what_budget_or_threshold_would_decide_it(
     import math
 
     half = (math.log(ci[1]) - math.log(ci[0])) / 2
-    said = what_would_decide({"ratio": ratio, "ratio_ci": ci, "timing_seconds": 45.0,
-                              "log_half_width": half}, 0.03)
+    said = what_would_decide(AdaptiveEvidence(ratio=ratio, ratio_ci=ci, timing_seconds=45.0,
+                                              log_half_width=half), 0.03)
     assert want in said
