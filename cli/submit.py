@@ -32,6 +32,7 @@ from cli.client import (
 )
 from cli.extras import needs
 from cli.help_format import Command
+from cli.request_fields import WHERE_FLAGS, environment_of, split_values
 from cli.timing_flags import timing_flag_problem, timing_option
 
 
@@ -42,17 +43,9 @@ def register(cli: typer.Typer) -> None:
 
 # ---- request building ----------------------------------------------------------------------
 
-def _split(values: list[str] | None) -> list[str]:
-    """Accept `--batch 1,8` and `--batch 1 --batch 8` alike."""
-    out: list[str] = []
-    for value in values or []:
-        out.extend(v.strip() for v in value.split(",") if v.strip())
-    return out
-
-
 def _ints(values: list[str] | None, option: str) -> list[int]:
     try:
-        return [int(v) for v in _split(values)]
+        return [int(v) for v in split_values(values)]
     except ValueError:
         raise ClientError(f"{option}: expected integers such as 1,8") from None
 
@@ -96,12 +89,10 @@ class MatrixOptions:
 
 
 def run_request(
-    *, project: str, revision: str, branch: str | None, pins: list[str],
+    *, project: str, revision: str, branch: str | None, pins: list[str] | None,
     interpreter: str | None, matrix: MatrixOptions, trigger: str = "cli",
 ) -> dict[str, Any]:
-    environment: dict[str, Any] = (
-        {"interpreter": interpreter} if interpreter else {"pins": pins}
-    )
+    environment = environment_of(pins, interpreter)
     body: dict[str, Any] = {
         "project": project, "revision": revision, "trigger": trigger,
         "environment": environment, "matrix": matrix.to_json(),
@@ -113,9 +104,7 @@ def run_request(
 
 # Request fields -> the flags that set them, so the server's 422 names what to change.
 SUBMIT_FLAGS = {
-    "project": "--project", "revision": "--revision", "branch": "--branch",
-    "environment.pins": "--pin", "environment.interpreter": "--interpreter",
-    "environment": "--pin/--interpreter",
+    **WHERE_FLAGS,
     "matrix.models": "--model", "matrix.backends": "--backend", "matrix.weights": "--weights",
     "matrix.precisions": "--precision", "matrix.batch_sizes": "--batch",
     "matrix.shape_modes": "--shape-mode", "matrix.device": "--device",
@@ -311,7 +300,7 @@ def submit(
                              ("precisions", precision), ("shape_modes", shape_mode),
                              ("opt_levels", opt_level)):
             if values:
-                setattr(matrix, attr, _split(values))
+                setattr(matrix, attr, split_values(values))
         if batch:
             matrix.batch_sizes = _ints(batch, "--batch")
         matrix.timing = {"rounds": rounds, "iters_per_round": iters_per_round,
@@ -324,7 +313,7 @@ def submit(
         if rounds is not None:
             matrix.timing["min_rounds"] = min(rounds, 5)
         body = run_request(project=project, revision=revision, branch=branch,
-                           pins=_split(pin), interpreter=interpreter, matrix=matrix,
+                           pins=pin, interpreter=interpreter, matrix=matrix,
                            trigger="ci" if os.environ.get("CI") else "cli")
         api = Api(url, token, flags=SUBMIT_FLAGS)
         try:
@@ -447,10 +436,10 @@ def demo(
     on_gpu = device == "cuda"
     matrix = MatrixOptions(
         models=[model],
-        backends=_split(backend) or (["inductor"] if on_gpu else ["onnxruntime"]),
-        weights=_split([weights]),
-        precisions=_split([precision]) if precision else (["fp16"] if on_gpu else ["fp32"]),
-        batch_sizes=[int(b) for b in _split([batch])], device=device, image_size=image_size,
+        backends=split_values(backend) or (["inductor"] if on_gpu else ["onnxruntime"]),
+        weights=split_values([weights]),
+        precisions=split_values([precision]) if precision else (["fp16"] if on_gpu else ["fp32"]),
+        batch_sizes=[int(b) for b in split_values([batch])], device=device, image_size=image_size,
         width=width, threads=None if on_gpu else threads, sides=sides,
         timing={"rounds": rounds, "iters_per_round": iters_per_round, "warmup_iters": warmup,
                 "min_rounds": min(rounds, 5) if rounds is not None else None,

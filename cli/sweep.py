@@ -17,7 +17,8 @@ import typer
 
 from cli.client import EXIT_ERROR, EXIT_PASS, Api, ClientError, Watched, follow
 from cli.help_format import Command
-from cli.submit import MatrixOptions, _ints, _split
+from cli.request_fields import split_values
+from cli.submit import MatrixOptions, _ints
 from cli.timing_flags import timing_flag_problem, timing_option
 
 URL = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000")
@@ -57,7 +58,7 @@ def _matrix(model: list[str] | None, backend: list[str] | None, weights: list[st
     for attr, values in (("models", model), ("backends", backend), ("weights", weights),
                          ("precisions", precision)):
         if values:
-            setattr(matrix, attr, _split(values))
+            setattr(matrix, attr, split_values(values))
     if batch:
         matrix.batch_sizes = _ints(batch, "--batch")
     matrix.timing = {"processes": processes, "max_processes": max_processes,
@@ -222,7 +223,7 @@ def sweep(
     try:
         body = {
             "project": project, "package": package, "from_version": from_version,
-            "to_version": to_version, "pre": pre, "holds": _split(hold),
+            "to_version": to_version, "pre": pre, "holds": split_values(hold),
             "matrix": _matrix(model, backend, weights, precision, batch, device, image_size,
                               width, threads, sides, processes, max_processes, budget,
                               max_seconds, rounds),
@@ -281,11 +282,11 @@ def bisect(
         else:
             if not good or not bad:
                 raise ClientError("give both --good and --bad")
-            body.update(good=_split(good), bad=_split(bad), matrix=_matrix(
+            body.update(good=split_values(good), bad=split_values(bad), matrix=_matrix(
                 model, backend, weights, precision, batch, device, image_size, width,
                 threads, sides, processes, max_processes, budget, max_seconds, rounds))
         if package:
-            body["packages"] = _split(package)
+            body["packages"] = split_values(package)
         if max_steps is not None:
             body["max_steps"] = max_steps
         api = Api(url, token, timeout_s=180.0)

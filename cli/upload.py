@@ -14,14 +14,12 @@ import typer
 from cli import project_file
 from cli.client import EXIT_ERROR, Api, ClientError
 from cli.help_format import Command
+from cli.request_fields import WHERE_FLAGS, environment_of
 
 # what one request may carry: the server's document bound, and a body well inside its
 # default limit (SPEEDWATCH_MAX_BODY_BYTES, 2 MiB), so a batch of large GPU documents splits
 BATCH_DOCUMENTS = 100
 BATCH_BYTES = 1024 * 1024
-FLAGS = {"project": "--project", "revision": "--revision", "branch": "--branch",
-         "environment.pins": "--pin", "environment.interpreter": "--interpreter",
-         "environment": "--pin/--interpreter"}
 
 
 class BadFile(Exception):
@@ -122,13 +120,12 @@ def upload(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_ERROR) from None
     assert url is not None and project is not None
-    environment = {"interpreter": interpreter} if interpreter else \
-        {"pins": [p.strip() for value in pins or [] for p in value.split(",") if p.strip()]}
+    environment = environment_of(pins, interpreter)
     where: dict[str, Any] = {"project": project, "revision": revision,
                              "environment": environment}
     if branch:
         where["branch"] = branch
-    api = Api(url, token, flags=FLAGS)
+    api = Api(url, token, flags=WHERE_FLAGS)
     groups = batches(documents)
     created = existing = 0
     run_ids: set[int] = set()
