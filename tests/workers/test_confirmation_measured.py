@@ -93,8 +93,10 @@ def test_a_real_drop_between_environments_is_confirmed_by_an_interleaved_re_meas
             comparison = row.evidence["comparison"]
             assert comparison["mode"] == "interleaved" and comparison["pairs"] >= 2
             assert comparison["basis"] == "candidate_side"  # the knob slows the candidate
-            # past the project's 3% threshold, and about the knob's halving
-            assert comparison["ratio_ci"][1] < 0.97 and comparison["ratio"] < 0.8
+            # the decision rule (benchmarks.stats.classify_ratio): an interval that excludes
+            # no change and an estimate past the 3% threshold, here about the knob's halving
+            # (one CI run's interval reached 0.978: a loaded host widens it, not past 1)
+            assert comparison["ratio_ci"][1] < 1 and comparison["ratio"] < 0.8
             assert not session.scalars(
                 select(Result).where(Result.confirms_result_id.is_not(None))).all()
             return
