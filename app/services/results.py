@@ -22,7 +22,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
@@ -135,12 +135,23 @@ def ingest_batch(session: Session, payload: ResultBatchIngest,
         return _store_batch(session, payload, environment, checked)
 
 
+class _Stored(NamedTuple):
+    """A batch document's stored row, as its answer and a repeat's check read it."""
+
+    result_id: int
+    cell_id: int
+    status: str
+    document_hash: str
+    series_key: str
+
+
 def _store_batch(session: Session, where: ResultBatchIngest, environment: dict[str, Any],
                  checked: list[CheckedDocument]) -> list[Ingested]:
     run, _ = _ingest_run(session, where, environment, checked[0].series_key)
     digests = [spec_hash(c.spec) for c in checked]
     hashes = [canonical_hash(c.result.to_dict()) for c in checked]
-    stored = {digest: (result.id, result.cell_id, result.status, result.document_hash, key)
+    stored = {digest: _Stored(result.id, result.cell_id, result.status, result.document_hash,
+                              key)
               for result, digest, key in session.execute(
                   select(Result, Cell.spec_hash, Cell.series_key)
                   .join(Cell, Cell.id == Result.cell_id)
@@ -153,19 +164,22 @@ def _store_batch(session: Session, where: ResultBatchIngest, environment: dict[s
         series_ids[key] = get_or_create_series(session, run.project_id, key).id
     fresh: dict[str, int] = {}  # digest -> index of the document stored
     for i, (digest, document_hash) in enumerate(zip(digests, hashes, strict=True)):
-        earlier = stored.get(digest) or (
-            (None, None, None, hashes[fresh[digest]], None) if digest in fresh else None)
-        if earlier is None:
+        if digest in stored:  # a retry: answered from the stored row
+            known, result_id = stored[digest].document_hash, stored[digest].result_id
+        elif digest in fresh:  # a repeat of one earlier in the batch: stored once
+            known, result_id = hashes[fresh[digest]], None
+        else:
             fresh[digest] = i
-        elif earlier[3] != document_hash:
-            raise Conflict(f"results[{i}]: {_conflict(earlier[0])}; nothing of this batch "
+            continue
+        if known != document_hash:
+            raise Conflict(f"results[{i}]: {_conflict(result_id)}; nothing of this batch "
                            "was stored")
     new = [checked[i] for i in fresh.values()]
     if new:
         _insert_new(session, run, new, [digests[i] for i in fresh.values()],
                     [hashes[i] for i in fresh.values()], series_ids, stored)
-    answers = [Ingested(stored[d][0], run.id, stored[d][1], stored[d][4], stored[d][2],
-                        fresh.get(d) == i)
+    answers = [Ingested(stored[d].result_id, run.id, stored[d].cell_id, stored[d].series_key,
+                        stored[d].status, fresh.get(d) == i)
                for i, d in enumerate(digests)]
     session.commit()
     return answers
@@ -173,7 +187,7 @@ def _store_batch(session: Session, where: ResultBatchIngest, environment: dict[s
 
 def _insert_new(session: Session, run: Run, new: list[CheckedDocument], digests: list[str],
                 hashes: list[str], series_ids: dict[str, int],
-                stored: dict[str, tuple[Any, ...]]) -> None:
+                stored: dict[str, _Stored]) -> None:
     now = datetime.now(timezone.utc)
     cell_ids = session.scalars(
         insert(Cell).returning(Cell.id, sort_by_parameter_order=True),
@@ -190,8 +204,8 @@ def _insert_new(session: Session, run: Run, new: list[CheckedDocument], digests:
          for row, cell_id, one in zip(values, cell_ids, new, strict=True)]).all()
     for one, digest, row, cell_id, result_id in zip(new, digests, values, cell_ids, result_ids,
                                                     strict=True):
-        stored[digest] = (result_id, cell_id, row["status"], row["document_hash"],
-                          one.series_key)
+        stored[digest] = _Stored(result_id, cell_id, row["status"], row["document_hash"],
+                                 one.series_key)
         note_environment(run, row["installed_versions"], row["fingerprint"])
 
 
