@@ -13,16 +13,11 @@ import numpy as np
 from app.detection.verdict_types import Baseline, percent
 from benchmarks import identity
 from benchmarks.result import BenchResult
-from benchmarks.result_schema import (
-    AdaptiveEvidence,
-    ComparisonEvidence,
-    HostLoadRecord,
-    stored_evidence,
-    stored_part,
-)
+from benchmarks.result_schema import AdaptiveEvidence, ComparisonEvidence, HostLoadRecord
 from benchmarks.stats import (
     log_half_width,
 )
+from benchmarks.stored_parts import stored_evidence, stored_part
 
 
 def in_session_comparison(result: BenchResult,

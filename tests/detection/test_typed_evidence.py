@@ -11,12 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.detection.notes import host_load_note, measurement_notes
-from benchmarks.result_schema import (
-    DOCUMENT_EXAMPLE,
-    BenchResultDocument,
-    error_path,
-    stored_evidence,
-)
+from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument, error_path
+from benchmarks.stored_parts import stored_evidence
 from tests.detection.test_verdict import result
 
 ADAPTIVE = {"processes": 3, "timing_seconds": 4.0, "stopped_by": "decided",
