@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks.child import kill_with_parent
+from benchmarks.process_state import FORKED_ENV
 
 FORK_ENV = "SPEEDWATCH_FORK_SERVER"
-FORKED_ENV = "SPEEDWATCH_FORKED"
 PRELOAD_ENV = "SPEEDWATCH_FORK_PRELOAD"
 # imported by a server beyond the runner when PRELOAD_ENV allows: on an H200 a forked
 # child still spent 4-7 s importing these before it measured

@@ -10,6 +10,15 @@ import sys
 
 import torch
 
+# Set in a measuring process that a fork server started (benchmarks.forkserver), so its
+# evidence can say how it started.
+FORKED_ENV = "SPEEDWATCH_FORKED"
+
+
+def process_start() -> str:
+    """"forked" (from a server that had imported the harness) or "fresh"."""
+    return "forked" if os.environ.get(FORKED_ENV) == "1" else "fresh"
+
 
 def process_age() -> float | None:
     """Seconds since this process started (Linux; None elsewhere): how long the

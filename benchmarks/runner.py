@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -49,8 +48,7 @@ from benchmarks.after_timing import count_kernels, side_profiles
 from benchmarks.backends import BackendUnavailable, get_backend
 from benchmarks.clocks import CUDA_CLOCK, SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
 from benchmarks.eager_model import eager_model, model_identity_of
-from benchmarks.forkserver import FORKED_ENV
-from benchmarks.process_state import Peak, now_iso, one_line, process_age
+from benchmarks.process_state import Peak, now_iso, one_line, process_age, process_start
 from benchmarks.result import BenchResult
 from benchmarks.spec import LATER_PROCESS_OPTION, BenchSpec, SpecError, profiled_here
 from benchmarks.timing import capture_cuda_graph, time_paired
@@ -272,7 +270,7 @@ def _measure(
                                timed.distributions, spec.child_side)
     phases.lap("evidence")
     evidence["phases"] = phases.seconds
-    evidence["process_start"] = "forked" if os.environ.get(FORKED_ENV) == "1" else "fresh"
+    evidence["process_start"] = process_start()
     accuracy = prep.accuracy
     reason = None
     if accuracy is not None and not accuracy.passed:
