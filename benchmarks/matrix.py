@@ -19,6 +19,8 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.spec import timing_flag, user_timing_fields
+
 if TYPE_CHECKING:
     from benchmarks.result import BenchResult
     from benchmarks.spec import BenchSpec
@@ -34,9 +36,8 @@ FLAG_OF_FIELD = {
     "precision": "--precision", "batch_size": "--batch", "shape_mode": "--shape-mode",
     "opt_level": "--opt-level", "device": "--device", "width": "--width",
     "image_size": "--image-size", "num_classes": "--num-classes", "seed": "--seed",
-    "options.sides": "--sides", "timing.builds": "--builds",
-    "timing.compile_cache": "--compile-cache", "timing.max_host_load": "--max-host-load",
-    "timing.target_half_width": "--target-half-width",
+    "options.sides": "--sides",
+    **{f"timing.{name}": timing_flag(name) for name in user_timing_fields()},
 }
 
 

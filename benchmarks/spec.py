@@ -68,7 +68,11 @@ class Knob:
     ge/gt/le/lt bound what the API accepts and what a stored spec may hold; `stored` widens
     the stored range where the harness's own values lie outside what a user may ask for
     (max_processes 0: no processes beyond `processes`); `choices` makes a text field a closed
-    vocabulary; `description` is the API's."""
+    vocabulary; `description` is the API's, and a field that has one is a user's option:
+    a flag of `bench`, `submit` and `demo` (named `flag`, else the field's name) and a key of
+    the project file's [timing] table. `quiet_default`: a stored spec leaves the field out
+    while it holds its default, so the documents and spec hashes of specs from before the
+    field existed stay equal (every field added after the first release sets it)."""
 
     ge: float | None = None
     gt: float | None = None
@@ -77,6 +81,8 @@ class Knob:
     stored: tuple[float, float] | None = None
     choices: tuple[str, ...] | None = None
     description: str | None = None
+    flag: str | None = None
+    quiet_default: bool = False
 
     def refuses(self, value: float | str, *, stored: bool = True) -> str | None:
         """Why a stored spec (or, `stored=False`, a user's request) may not hold `value` (of
@@ -121,8 +127,8 @@ class TimingPolicy:
     field is declared here once, with its bounds and its API description (`Knob`).
     """
 
-    warmup_iters: int = _knob(10, ge=0, le=10_000, description="warm-up calls of each side "
-                              "before the timing")
+    warmup_iters: int = _knob(10, ge=0, le=10_000, flag="warmup", description="warm-up calls "
+                              "of each side before the timing")
     rounds: int = _knob(30, ge=1, le=100_000, description="timed rounds per process, at most "
                         "(each side's calls alternate round by round)")
     iters_per_round: int = _knob(10, ge=1, le=10_000, description="timed calls of each side "
@@ -156,8 +162,8 @@ class TimingPolicy:
         0, ge=1, le=32, stored=(0, 32), description="adaptive: processes are added until the "
         "comparison with the baseline is decided, up to this many")
     budget_seconds: float = _knob(
-        0.0, ge=0, le=3_600, description="adaptive: stop adding processes once their timing "
-        "seconds reach this (0: no budget)")
+        0.0, ge=0, le=3_600, flag="budget", description="adaptive: stop adding processes once "
+        "their timing seconds reach this (0: no budget)")
     # Adaptive: a decided comparison stops only once the speedup's own CI half-width is at
     # most this fraction as well (0 = no such floor). Today's result is tomorrow's baseline,
     # and a baseline's width adds (in quadrature) to every comparison made against it, so
@@ -182,10 +188,12 @@ class TimingPolicy:
     # one fixed CI host that never clears its cache). A compile takes about as long either
     # way (21 s against 24 s there): the time saved is the processes not needed.
     compile_cache: str = _knob(
-        "process", choices=COMPILE_CACHES, description="\"process\" (default): each process "
-        "compiles afresh, so the interval covers what a new compile may choose; \"host\": "
-        "processes share the worker's compile cache (runtime variance only: tighter, so fewer "
-        "processes; blind to a compile landing elsewhere)")
+        "process", choices=COMPILE_CACHES, quiet_default=True,
+        description="\"process\" (default): each process compiles afresh, so the interval "
+        "covers what a "
+        "new compile may choose; \"host\": processes share the worker's compile cache "
+        "(runtime variance only: tighter, so fewer processes; blind to a compile landing "
+        "elsewhere)")
     # How builds make the choices a compiler makes by timing (benchmarks.build.BUILDS):
     # "pinned" (default) makes them deterministically or once per host through a tuning
     # cache, so a rebuild runs the same code; "as-shipped" leaves them to the compiler as
@@ -193,21 +201,24 @@ class TimingPolicy:
     # builds. On an H100 (ResNet50 fp16 bs32, inductor, fresh compiles): as shipped, six
     # builds chose six sets of Triton configs and ran 3.1% apart; pinned, 0.09%.
     builds: str = _knob(
-        "pinned", choices=BUILDS, description="\"pinned\" (default): choices a compiler makes "
-        "by timing (inductor's autotuning, cuDNN and ONNX Runtime algorithm search, TensorRT "
-        "tactics) are made deterministically or once per host through a tuning cache, so a "
-        "rebuild runs the same code (evidence.build_fingerprint says so); \"as-shipped\": "
-        "each build times its own choices as a user's production build does, the interval "
-        "covers the spread between builds (evidence.build.spread), and the series key says "
-        "builds=as-shipped")
+        "pinned", choices=BUILDS, quiet_default=True,
+        description="\"pinned\" (default): choices a compiler makes by timing (inductor's "
+        "autotuning, "
+        "cuDNN and ONNX Runtime algorithm search, TensorRT tactics) are made "
+        "deterministically or once per host through a tuning cache, so a rebuild runs the "
+        "same code (evidence.build_fingerprint says so); \"as-shipped\": each build times its"
+        " own choices as a user's production build does, the interval covers the spread "
+        "between builds (evidence.build.spread), and the series key says builds=as-shipped")
     # The CPU load guard (benchmarks.host): a CPU cell's unit during which other processes
     # kept more than this many cores busy (CPU seconds per second) is measured again, at
     # most `children.LOAD_REMEASURES` times a cell, and a load that stays is stored with
     # the result and named in its verdict, never passed off as a quiet measurement.
     max_host_load: float = _knob(
-        0.5, gt=0, le=4096, description="CPU cells: other processes' busy cores (CPU seconds "
-        "per second) past which a unit is measured again, at most twice a cell, and a load "
-        "that stays is recorded and named in the verdict (default 0.5)")
+        0.5, gt=0, le=4096, quiet_default=True,
+        description="CPU cells: other processes' busy cores (CPU seconds per second) past "
+        "which a unit is"
+        " measured again, at most twice a cell, and a load that stays is recorded and named "
+        "in the verdict (default 0.5)")
 
     def refused(self) -> str | None:
         """"timing.FIELD: why" for the first field a stored spec may not hold, or None."""
@@ -226,6 +237,16 @@ def timing_fields() -> tuple[tuple[str, type, Any, Knob], ...]:
     hints = typing.get_type_hints(TimingPolicy)
     return tuple((f.name, hints[f.name], f.default, f.metadata["knob"])
                  for f in dataclasses.fields(TimingPolicy))
+
+
+def timing_flag(name: str) -> str:
+    """The command-line flag of the timing field `name` (`--max-seconds`, `--warmup`)."""
+    return "--" + (timing_knob(name).flag or name).replace("_", "-")
+
+
+def user_timing_fields() -> tuple[str, ...]:
+    """The timing fields a user may set (those the API describes), in declaration order."""
+    return tuple(name for name, _kind, _default, knob in timing_fields() if knob.description)
 
 
 def timing_knob(name: str) -> Knob:
@@ -438,12 +459,9 @@ class BenchSpec:
         data = dataclasses.asdict(self)
         if data["opt_level"] == "default":
             del data["opt_level"]  # documents and spec hashes from before the axis stay equal
-        if data["timing"]["compile_cache"] == "process":
-            del data["timing"]["compile_cache"]  # likewise for the compile-cache option
-        if data["timing"]["builds"] == "pinned":
-            del data["timing"]["builds"]  # and for the build mode
-        if data["timing"]["max_host_load"] == TimingPolicy.max_host_load:
-            del data["timing"]["max_host_load"]  # and for the load guard
+        for name, _kind, default, knob in timing_fields():
+            if knob.quiet_default and data["timing"][name] == default:
+                del data["timing"][name]  # likewise for the timing fields added later
         return data
 
     @classmethod

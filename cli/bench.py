@@ -39,9 +39,10 @@ from benchmarks.model_ref import BUILTIN_MODELS
 from cli.extras import needs
 from cli.help_format import Command
 from cli.timing_flags import (
+    TimingFlags,
     host_load_setting,
     timing_flag_problem,
-    timing_option,
+    with_timing_flags,
 )
 
 MODEL_FORMS = ("a built-in model (" + ", ".join(BUILTIN_MODELS) + "), package.module:factory "
@@ -109,6 +110,9 @@ def _one_line(text: str) -> str:
 def register(cli: typer.Typer) -> None:
     @cli.command("bench", cls=Command, rich_help_panel="Measure here")
     @needs("bench", "bench")
+    @with_timing_flags(more={
+        "processes": "With --isolate: the CI then includes the variance between processes.",
+        "builds": "A comma list measures the modes side by side."})
     def bench(
         model: str = typer.Option(
             "resnet50", help="Models, comma-separated: " + MODEL_FORMS + ". A relative "
@@ -136,16 +140,6 @@ def register(cli: typer.Typer) -> None:
             None, min=0, help="CPU threads for both sides; default 1 on the CPU (as `submit` "
             "and `demo`, so a local run lands in the same series); 0: the library's default "
             "(all cores).", rich_help_panel="Matrix"),
-        rounds: int | None = timing_option("rounds"),
-        min_rounds: int | None = timing_option("min_rounds"),
-        iters_per_round: int | None = timing_option("iters_per_round"),
-        warmup: int | None = timing_option("warmup_iters"),
-        max_seconds: float | None = timing_option("max_seconds"),
-        cuda_graphs: bool = typer.Option(
-            True, "--cuda-graphs/--no-cuda-graphs",
-                                         help="Time CUDA-graph replays (GPU only; a failed "
-                                         "capture falls back and says so).",
-                                         rich_help_panel="Timing"),
         width: int = typer.Option(
             64, help="Stem width (64 = standard ResNet).", rich_help_panel="Matrix"),
         image_size: int = typer.Option(
@@ -161,16 +155,6 @@ def register(cli: typer.Typer) -> None:
         timeout: float = typer.Option(
             600.0, min=1.0, help="Per-process timeout with --isolate.",
             rich_help_panel="Isolation and output"),
-        processes: int | None = timing_option(
-            "processes", more="With --isolate: the CI then includes the variance between "
-            "processes."),
-        max_processes: int | None = timing_option("max_processes"),
-        budget: float | None = timing_option("budget_seconds"),
-        target_half_width: float | None = timing_option("target_half_width"),
-        compile_cache: str | None = timing_option("compile_cache"),
-        builds: str | None = timing_option(
-            "builds", more="A comma list measures the modes side by side."),
-        max_host_load: float | None = timing_option("max_host_load"),
         threshold: float = typer.Option(
             0.03, min=0.001, max=0.5, help="The regression threshold the measurement must "
             "be precise enough to judge at.", rich_help_panel="Timing"),
@@ -184,14 +168,12 @@ def register(cli: typer.Typer) -> None:
                                          rich_help_panel="Matrix"),
         json_out: Path | None = typer.Option(
             None, "--json", help="Write results here.", rich_help_panel="Isolation and output"),
-        profile: bool = typer.Option(
-            True, "--profile/--no-profile", help="Profile each side in an untimed pass "
-            "after the timing (kernels, operators or nodes per inference; evidence.profile).",
-            rich_help_panel="Timing"),
         spec_file: Path | None = typer.Option(
             None, "--spec", help="Measure the spec in this JSON file exactly (a result's "
             "`spec`, as `speedwatch repro` writes it); the matrix and timing flags are "
             "not read.", rich_help_panel="Matrix"),
+        *,
+        timing: TimingFlags,
     ) -> None:
         """Measure eager vs optimized backends, paired and interleaved; print a summary."""
         from dataclasses import replace
@@ -199,33 +181,23 @@ def register(cli: typer.Typer) -> None:
         from benchmarks.spec import BenchSpec, default_sides, default_timing
 
         try:
-            given: dict[str, Any] = {
-                "warmup_iters": warmup, "rounds": rounds, "iters_per_round": iters_per_round,
-                "max_seconds": max_seconds, "min_rounds": min_rounds, "processes": processes,
-                "max_processes": max_processes, "budget_seconds": budget,
-                "target_half_width": target_half_width, "compile_cache": compile_cache,
-                "max_host_load": max_host_load,
-            }
+            # a comma list of build modes is measured side by side (build_matrix)
+            builds = timing.pop("builds")
             modes = [b.strip() for b in (builds or "").split(",") if b.strip()]
-            for problem in [timing_flag_problem(**given),
+            for problem in [timing_flag_problem(**timing),
                             *(timing_flag_problem(builds=mode) for mode in modes)]:
                 if problem is not None:
                     raise BadInput(problem)
-            if max_host_load is None:  # the service's setting, where the shell has one
-                given["max_host_load"] = host_load_setting()
-            policy = replace(default_timing(device),
-                             **{k: v for k, v in given.items() if v is not None},
-                             cuda_graphs=cuda_graphs, seed=seed, profile=profile)
+            if timing["max_host_load"] is None:  # the service's setting, where the shell has one
+                timing["max_host_load"] = host_load_setting()
+            policy = replace(default_timing(device), **timing.given(), seed=seed)
             policy = replace(policy, min_rounds=min(policy.min_rounds, policy.rounds))
+            processes = timing["processes"]
             if not isolate:
                 if processes is not None and processes > 1:
                     raise BadInput("--processes > 1 needs --isolate: repeats inside one "
                                    "process share compile caches and are not independent")
                 policy = replace(policy, processes=1, max_processes=0)
-            processes = policy.processes
-            if processes > 1 and not isolate:
-                raise BadInput("--processes > 1 needs --isolate: repeats inside one process "
-                               "share compile caches and are not independent")
             options = parse_options(option)
             # One process cannot keep the sides apart: without isolation the default is paired.
             chosen = sides or str(options.get("sides") or (

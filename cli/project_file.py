@@ -24,11 +24,9 @@ flags read (SPEEDWATCH_URL) count as flags. Example, every key optional:
     [timing]
     processes = 3
     max_processes = 6
-    budget_seconds = 30                      # rounds, iters_per_round, warmup_iters,
-                                             # max_seconds, target_half_width, cuda_graphs,
-                                             # compile_cache ("process" or "host"),
-                                             # builds ("pinned" or "as-shipped"),
-                                             # max_host_load (cores)
+    budget_seconds = 30                      # any timing flag, by its field's name:
+                                             # rounds, warmup_iters, cuda_graphs, builds,
+                                             # ... (`speedwatch submit --help`)
     [thresholds]
     threshold = 0.03
     series = { "KEY" = 0.05 }
@@ -61,6 +59,7 @@ import tomllib
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from benchmarks.result_schema import optional_timing_field, timing_model
+from benchmarks.spec import timing_fields, user_timing_fields
 
 FILE_NAME = "speedwatch.toml"
 PYPROJECT = "pyproject.toml"
@@ -102,11 +101,10 @@ class MatrixTable(_Table):
     sides: Literal["paired", "split"] | None = None
 
 
-# The timing fields a project file may set; their types, bounds and vocabularies are the
-# fields' own (benchmarks.spec.TimingPolicy).
-FILE_TIMING_FIELDS = ("rounds", "iters_per_round", "warmup_iters", "max_seconds", "processes",
-                      "max_processes", "budget_seconds", "target_half_width", "cuda_graphs",
-                      "compile_cache", "builds", "max_host_load")
+# The timing fields a project file may set: every field a user may set (each also a flag
+# and a field of the API's request); their types, bounds and vocabularies are the fields'
+# own (benchmarks.spec.TimingPolicy).
+FILE_TIMING_FIELDS = user_timing_fields()
 
 
 if TYPE_CHECKING:
@@ -135,8 +133,8 @@ class FileContents(_Table):
 
 
 # Numbers a file may write as integers (`budget_seconds = 30`) where a float is meant.
-_INT_FIELDS_AS_FLOAT = {("timing", "max_seconds"), ("timing", "budget_seconds"),
-                        ("timing", "target_half_width"), ("thresholds", "threshold")}
+_INT_FIELDS_AS_FLOAT = {("timing", name) for name, kind, _d, _k in timing_fields()
+                        if kind is float} | {("thresholds", "threshold")}
 
 
 @dataclass

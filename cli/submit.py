@@ -20,6 +20,7 @@ from typing import Any
 
 import typer
 
+from benchmarks.spec import user_timing_fields
 from cli import project_file
 from cli.client import (
     EXIT_ERROR,
@@ -33,7 +34,7 @@ from cli.client import (
 from cli.extras import needs
 from cli.help_format import Command
 from cli.request_fields import WHERE_FLAGS, environment_of, split_values
-from cli.timing_flags import timing_flag_problem, timing_option
+from cli.timing_flags import TimingFlags, flag_of, timing_flag_problem, with_timing_flags
 
 
 def register(cli: typer.Typer) -> None:
@@ -110,15 +111,7 @@ SUBMIT_FLAGS = {
     "matrix.shape_modes": "--shape-mode", "matrix.device": "--device",
     "matrix.image_size": "--image-size", "matrix.width": "--width",
     "matrix.threads": "--threads", "matrix.sides": "--sides",
-    "matrix.timing.rounds": "--rounds", "matrix.timing.iters_per_round": "--iters-per-round",
-    "matrix.timing.warmup_iters": "--warmup", "matrix.timing.cuda_graphs": "--cuda-graphs",
-    "matrix.timing.max_seconds": "--max-seconds", "matrix.timing.processes": "--processes",
-    "matrix.timing.max_processes": "--max-processes",
-    "matrix.timing.budget_seconds": "--budget",
-    "matrix.timing.target_half_width": "--target-half-width",
-    "matrix.timing.compile_cache": "--compile-cache",
-    "matrix.timing.builds": "--builds",
-    "matrix.timing.max_host_load": "--max-host-load",
+    **{f"matrix.timing.{name}": flag_of(name) for name in user_timing_fields()},
     "matrix": "the matrix (--model x --backend x --weights x --precision x --batch)",
 }
 
@@ -136,16 +129,17 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_ERROR)
 
 
-def _check_timing_flags(**values: str | float | None) -> None:
-    """One line naming the first timing flag whose value its field refuses (values by the
-    timing field's name)."""
-    problem = timing_flag_problem(**values)
+def _check_timing_flags(timing: TimingFlags) -> None:
+    """One line naming the first timing flag whose value its field refuses."""
+    problem = timing_flag_problem(**timing)
     if problem is not None:
         raise _fail(problem)
 
 
 # ---- speedwatch submit ---------------------------------------------------------------------
 
+@with_timing_flags(more={"processes": "The CI covers the variance between processes, i.e. "
+                                      "what a second run would see."})
 def submit(
     url: str | None = typer.Option(
         None, envvar="SPEEDWATCH_URL",
@@ -208,24 +202,6 @@ def submit(
         None, help="split: each side timed alone in processes of its own (server default "
         "on the CPU); paired: both sides in every process (default on a GPU). A change "
         "starts a new series.", rich_help_panel="Matrix"),
-    rounds: int | None = timing_option("rounds"),
-    iters_per_round: int | None = timing_option("iters_per_round"),
-    warmup: int | None = timing_option("warmup_iters"),
-    cuda_graphs: bool | None = typer.Option(
-        None, "--cuda-graphs/--no-cuda-graphs",
-        help="GPU cells: time CUDA-graph replays (server default: on; a failed capture "
-        "falls back and says so). A change of timing mode starts a new series.",
-        rich_help_panel="Timing"),
-    max_seconds: float | None = timing_option("max_seconds"),
-    processes: int | None = timing_option(
-        "processes", more="The CI covers the variance between processes, i.e. what a second "
-        "run would see."),
-    max_processes: int | None = timing_option("max_processes"),
-    budget: float | None = timing_option("budget_seconds"),
-    target_half_width: float | None = timing_option("target_half_width"),
-    compile_cache: str | None = timing_option("compile_cache"),
-    builds: str | None = timing_option("builds"),
-    max_host_load: float | None = timing_option("max_host_load"),
     idempotency_key: str | None = typer.Option(
         None, help="Same key = same run on retry (default: identical request = same run).",
         rich_help_panel="Waiting and reports"),
@@ -247,6 +223,8 @@ def submit(
     json_out: Path | None = typer.Option(
         None, "--json", help="With --wait: write the finished run as JSON.",
         rich_help_panel="Waiting and reports"),
+    *,
+    timing: TimingFlags,
 ) -> None:
     """Trigger a benchmark run; with --wait, exit 0 on pass, 1 on regression, 2 on error,
     3 when inconclusive (not decided within the timing budget). Options not given come
@@ -268,17 +246,8 @@ def submit(
             pf.pick(f"matrix.{key}", given) for key, given in (
                 ("image_size", image_size), ("width", width), ("threads", threads),
                 ("sides", sides)))
-        rounds, iters_per_round, warmup, cuda_graphs, max_seconds, processes, \
-            max_processes, budget, target_half_width, compile_cache, builds, \
-            max_host_load = (
-                pf.pick(f"timing.{key}", given) for key, given in (
-                    ("rounds", rounds), ("iters_per_round", iters_per_round),
-                    ("warmup_iters", warmup), ("cuda_graphs", cuda_graphs),
-                    ("max_seconds", max_seconds), ("processes", processes),
-                    ("max_processes", max_processes), ("budget_seconds", budget),
-                    ("target_half_width", target_half_width),
-                    ("compile_cache", compile_cache), ("builds", builds),
-                    ("max_host_load", max_host_load)))
+        timing = TimingFlags({name: pf.pick(f"timing.{name}", given)
+                              for name, given in timing.items()})
         project_file.warn_about_thresholds(pf, url, token, project)
     except project_file.ProjectFileError as exc:
         raise _fail(str(exc)) from None
@@ -287,11 +256,7 @@ def submit(
     try:
         if sides is not None and sides not in ("paired", "split"):
             raise _fail(f"--sides: {sides!r} is not paired or split")
-        _check_timing_flags(
-            rounds=rounds, iters_per_round=iters_per_round, warmup_iters=warmup,
-            max_seconds=max_seconds, processes=processes, max_processes=max_processes,
-            budget_seconds=budget, target_half_width=target_half_width,
-            compile_cache=compile_cache, builds=builds, max_host_load=max_host_load)
+        _check_timing_flags(timing)
         if threads is None and device == "cpu":
             threads = 1
         matrix = MatrixOptions(device=device, image_size=image_size, width=width,
@@ -303,15 +268,7 @@ def submit(
                 setattr(matrix, attr, split_values(values))
         if batch:
             matrix.batch_sizes = _ints(batch, "--batch")
-        matrix.timing = {"rounds": rounds, "iters_per_round": iters_per_round,
-                         "warmup_iters": warmup, "cuda_graphs": cuda_graphs,
-                         "max_seconds": max_seconds, "processes": processes,
-                         "max_processes": max_processes, "budget_seconds": budget,
-                         "target_half_width": target_half_width,
-                         "compile_cache": compile_cache, "builds": builds,
-                         "max_host_load": max_host_load}
-        if rounds is not None:
-            matrix.timing["min_rounds"] = min(rounds, 5)
+        matrix.timing = dict(timing)
         body = run_request(project=project, revision=revision, branch=branch,
                            pins=pin, interpreter=interpreter, matrix=matrix,
                            trigger="ci" if os.environ.get("CI") else "cli")
@@ -355,6 +312,7 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+@with_timing_flags(panel=None)
 def demo(
     data_dir: Path = typer.Option(Path("var"), help="Where the SQLite file and venvs live."),
     host: str = typer.Option("127.0.0.1", help="Address to serve on."),
@@ -376,24 +334,12 @@ def demo(
     sides: str | None = typer.Option(
         None, help="split (each side alone in its processes; CPU default) or paired (both "
         "in every process; GPU default)."),
-    rounds: int | None = timing_option("rounds", panel=None),
-    iters_per_round: int | None = timing_option("iters_per_round", panel=None),
-    warmup: int | None = timing_option("warmup_iters", panel=None),
-    cuda_graphs: bool | None = typer.Option(
-        None, "--cuda-graphs/--no-cuda-graphs", help="GPU: time CUDA-graph replays "
-        "(default on)."),
-    max_seconds: float | None = timing_option("max_seconds", panel=None),
-    processes: int | None = timing_option("processes", panel=None),
-    max_processes: int | None = timing_option("max_processes", panel=None),
-    budget: float | None = timing_option("budget_seconds", panel=None),
-    target_half_width: float | None = timing_option("target_half_width", panel=None),
-    compile_cache: str | None = timing_option("compile_cache", panel=None),
-    builds: str | None = timing_option("builds", panel=None),
-    max_host_load: float | None = timing_option("max_host_load", panel=None),
     exit_when_done: bool = typer.Option(
         False, "--exit-when-done", help="Stop serving once the run finished (scripts, tests)."
     ),
     timeout: float = typer.Option(1800.0, help="Seconds to wait for the run."),
+    *,
+    timing: TimingFlags,
 ) -> None:
     """Benchmark ResNet50 here with the embedded default and serve the results.
 
@@ -405,11 +351,7 @@ def demo(
         raise _fail(f"--device: {device!r} is not cpu or cuda")
     if sides is not None and sides not in ("paired", "split"):
         raise _fail(f"--sides: {sides!r} is not paired or split")
-    _check_timing_flags(
-        rounds=rounds, iters_per_round=iters_per_round, warmup_iters=warmup,
-        max_seconds=max_seconds, processes=processes, max_processes=max_processes,
-        budget_seconds=budget, target_half_width=target_half_width,
-        compile_cache=compile_cache, builds=builds, max_host_load=max_host_load)
+    _check_timing_flags(timing)
     if not _port_free(host, port):
         raise _fail(f"port {port} on {host} is in use; pass --port")
     data_dir = data_dir.resolve()
@@ -441,14 +383,7 @@ def demo(
         precisions=split_values([precision]) if precision else (["fp16"] if on_gpu else ["fp32"]),
         batch_sizes=[int(b) for b in split_values([batch])], device=device, image_size=image_size,
         width=width, threads=None if on_gpu else threads, sides=sides,
-        timing={"rounds": rounds, "iters_per_round": iters_per_round, "warmup_iters": warmup,
-                "min_rounds": min(rounds, 5) if rounds is not None else None,
-                "cuda_graphs": cuda_graphs, "max_seconds": max_seconds,
-                "processes": processes, "max_processes": max_processes,
-                "budget_seconds": budget, "target_half_width": target_half_width,
-                "compile_cache": compile_cache, "builds": builds,
-                "max_host_load": max_host_load},
-    )
+        timing=dict(timing))
     body = run_request(project="demo", revision=f"demo-{time.strftime('%Y%m%d-%H%M%S')}",
                        branch=None, pins=[], interpreter=None, matrix=matrix, trigger="demo")
     config = uvicorn.Config(create_app(), host=host, port=port, log_level="warning",

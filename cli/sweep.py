@@ -19,7 +19,7 @@ from cli.client import EXIT_ERROR, EXIT_PASS, Api, ClientError, Watched, follow
 from cli.help_format import Command
 from cli.request_fields import split_values
 from cli.submit import MatrixOptions, _ints
-from cli.timing_flags import timing_flag_problem, timing_option
+from cli.timing_flags import TimingFlags, timing_flag_problem, with_timing_flags
 
 URL = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000")
 TOKEN = typer.Option(..., envvar="SPEEDWATCH_TOKEN", help="Token with the ci scope.")
@@ -44,13 +44,10 @@ def _fail(message: str) -> typer.Exit:
 def _matrix(model: list[str] | None, backend: list[str] | None, weights: list[str] | None,
             precision: list[str] | None, batch: list[str] | None, device: str,
             image_size: int | None, width: int | None, threads: int | None,
-            sides: str | None, processes: int | None, max_processes: int | None,
-            budget: float | None, max_seconds: float | None,
-            rounds: int | None) -> dict[str, Any]:
+            sides: str | None, timing: TimingFlags) -> dict[str, Any]:
     if sides is not None and sides not in ("paired", "split"):
         raise ClientError(f"--sides: {sides!r} is not paired or split")
-    problem = timing_flag_problem(processes=processes, max_processes=max_processes,
-                                  budget_seconds=budget, max_seconds=max_seconds, rounds=rounds)
+    problem = timing_flag_problem(**timing)
     if problem is not None:
         raise ClientError(problem)
     matrix = MatrixOptions(device=device, image_size=image_size, width=width,
@@ -61,10 +58,7 @@ def _matrix(model: list[str] | None, backend: list[str] | None, weights: list[st
             setattr(matrix, attr, split_values(values))
     if batch:
         matrix.batch_sizes = _ints(batch, "--batch")
-    matrix.timing = {"processes": processes, "max_processes": max_processes,
-                     "budget_seconds": budget, "max_seconds": max_seconds, "rounds": rounds}
-    if rounds is not None:
-        matrix.timing["min_rounds"] = min(rounds, 5)
+    matrix.timing = dict(timing)
     return matrix.to_json()
 
 
@@ -184,16 +178,12 @@ BATCH = typer.Option(None, help="Batch sizes, e.g. 1.")
 DEVICE = typer.Option("cpu", help='"cpu", "cuda" or a GPU class the server routes.')
 THREADS = typer.Option(None, help="CPU threads for both sides (1 = steadier on a shared host).")
 SIDES = typer.Option(None, help="split or paired (server default by device).")
-PROCESSES = timing_option("processes", panel=None)
-MAX_PROCESSES = timing_option("max_processes", panel=None)
-BUDGET = timing_option("budget_seconds", panel=None)
-MAX_SECONDS = timing_option("max_seconds", panel=None)
-ROUNDS = timing_option("rounds", panel=None)
 WAIT = typer.Option(False, "--wait", help="Follow it to the end; exit 0 done, 2 otherwise.")
 TIMEOUT = typer.Option(6 * 3600.0, help="Seconds to wait with --wait.")
 POLL = typer.Option(5.0, help="Seconds between polls with --wait.")
 
 
+@with_timing_flags(panel=None)
 def sweep(
     package: str = typer.Option(..., help="An allowlisted package, e.g. onnxruntime."),
     from_version: str = typer.Option(..., "--from", help="Oldest release, e.g. 1.16.0."),
@@ -213,10 +203,9 @@ def sweep(
     image_size: int | None = typer.Option(None, help="Input image size (default 224)."),
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
     threads: int | None = THREADS, sides: str | None = SIDES,
-    processes: int | None = PROCESSES, max_processes: int | None = MAX_PROCESSES,
-    budget: float | None = BUDGET, max_seconds: float | None = MAX_SECONDS,
-    rounds: int | None = ROUNDS,
     wait: bool = WAIT, timeout: float = TIMEOUT, poll: float = POLL,
+    *,
+    timing: TimingFlags,
 ) -> None:
     """Measure every release of a package in a range: one run per version, read from the
     package index the workers' pip is configured with, oldest first."""
@@ -225,8 +214,7 @@ def sweep(
             "project": project, "package": package, "from_version": from_version,
             "to_version": to_version, "pre": pre, "holds": split_values(hold),
             "matrix": _matrix(model, backend, weights, precision, batch, device, image_size,
-                              width, threads, sides, processes, max_processes, budget,
-                              max_seconds, rounds),
+                              width, threads, sides, timing),
         }
         if max_versions is not None:
             body["max_versions"] = max_versions
@@ -245,6 +233,7 @@ def sweep(
         raise _fail(str(exc)) from None
 
 
+@with_timing_flags(panel=None)
 def bisect(
     project: str = typer.Option(..., envvar="SPEEDWATCH_PROJECT", help="Project name."),
     url: str = URL,
@@ -266,10 +255,9 @@ def bisect(
     image_size: int | None = typer.Option(None, help="Input image size (default 224)."),
     width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
     threads: int | None = THREADS, sides: str | None = SIDES,
-    processes: int | None = PROCESSES, max_processes: int | None = MAX_PROCESSES,
-    budget: float | None = BUDGET, max_seconds: float | None = MAX_SECONDS,
-    rounds: int | None = ROUNDS,
     wait: bool = WAIT, timeout: float = TIMEOUT, poll: float = POLL,
+    *,
+    timing: TimingFlags,
 ) -> None:
     """Find the first release that made a series slower: binary search between a good and
     a bad environment, each step a run decided against the good one."""
@@ -284,7 +272,7 @@ def bisect(
                 raise ClientError("give both --good and --bad")
             body.update(good=split_values(good), bad=split_values(bad), matrix=_matrix(
                 model, backend, weights, precision, batch, device, image_size, width,
-                threads, sides, processes, max_processes, budget, max_seconds, rounds))
+                threads, sides, timing))
         if package:
             body["packages"] = split_values(package)
         if max_steps is not None:

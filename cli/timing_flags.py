@@ -1,24 +1,35 @@
-"""The timing flags `bench`, `submit` and `demo` share, made from the timing fields' one
-declaration (benchmarks.spec.TimingPolicy): each flag's help is the field's API
-description and its check the field's bounds, so the three commands and the API say the
-same thing and refuse the same values, the CLI with one line naming the flag."""
+"""The timing flags of `bench`, `submit` and `demo`, made from the timing fields' one
+declaration (benchmarks.spec.TimingPolicy): every field the API describes is a flag of each
+command, named by the field (or its `flag`), with the field's API description as its help
+and the field's bounds as its check. A command declares none of them: `with_timing_flags`
+adds them to its signature and hands the command one `TimingFlags`, so a new timing field
+is a flag of all three commands, a key of the project file and a field of the API's request
+the moment it is declared."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Optional, TypeVar
 
 import typer
 
-from benchmarks.spec import default_timing, timing_knob
+from benchmarks.spec import (
+    default_timing,
+    timing_fields,
+    timing_flag,
+    timing_knob,
+    user_timing_fields,
+)
 
-# The flags whose name is not their timing field's.
-_FLAG_NAMES = {"warmup_iters": "warmup", "budget_seconds": "budget"}
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def flag_of(field: str) -> str:
     """The command-line flag of the timing field `field`."""
-    return "--" + _FLAG_NAMES.get(field, field).replace("_", "-")
+    return timing_flag(field)
 
 
 def flag_help(name: str) -> str:
@@ -38,15 +49,61 @@ DEVICE_DEFAULTS = {f: _defaults(f) for f in ("max_processes", "budget_seconds")}
 
 
 def timing_option(field: str, *, more: str = "", panel: str | None = "Timing") -> Any:
-    """The option of a timing field: its flag, no default (the spec's or the server's), its
-    help from the declaration plus `more`. Its bounds are checked by `timing_flag_problem`
-    (one line naming the flag), not by typer."""
+    """The option of a timing field: its flag (`--x/--no-x` for a yes-or-no field), no
+    default (the spec's or the server's), its help from the declaration plus `more`. Its
+    bounds are checked by `timing_flag_problem` (one line naming the flag), not by typer."""
     parts = (flag_help(field), DEVICE_DEFAULTS.get(field, ""), more)
-    return typer.Option(None, flag_of(field), help=" ".join(p for p in parts if p),
+    flag = flag_of(field)
+    kind = dict((name, kind) for name, kind, _d, _k in timing_fields())[field]
+    names = f"{flag}/--no-{flag[2:]}" if kind is bool else flag
+    return typer.Option(None, names, help=" ".join(p for p in parts if p),
                         rich_help_panel=panel)
 
 
-def timing_flag_problem(**values: str | float | None) -> str | None:
+class TimingFlags(dict[str, Any]):
+    """The timing flags of one command line, by timing field; None: not given."""
+
+    def given(self) -> dict[str, Any]:
+        """The fields given a value."""
+        return {name: value for name, value in self.items() if value is not None}
+
+
+def with_timing_flags(*, panel: str | None = "Timing", more: Mapping[str, str] | None = None,
+                      leave_out: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """A command with one option per user timing field (`user_timing_fields`, less
+    `leave_out`), added after its own parameters; the command takes them as one keyword
+    argument, `timing` (a TimingFlags). `more`: help added to a field's own."""
+    fields = tuple(f for f in user_timing_fields() if f not in leave_out)
+    kinds = {name: kind for name, kind, _d, _k in timing_fields()}
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command)
+        own = [p for p in signature.parameters.values() if p.name != "timing"]
+        taken = {p.name for p in own} & set(fields)
+        if taken:
+            raise TypeError(f"{command.__name__} declares timing flags itself: {sorted(taken)}")
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                   default=timing_option(name, more=(more or {}).get(name, ""),
+                                                         panel=panel),
+                                   annotation=Optional[kinds[name]])  # noqa: UP045 (a runtime type)
+                 for name in fields]
+
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            timing = TimingFlags({name: kwargs.pop(name, None) for name in fields})
+            return command(*args, timing=timing, **kwargs)
+
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*own, *added])
+        run.__annotations__ = {**{k: v for k, v in command.__annotations__.items()
+                                  if k != "timing"},
+                               **{p.name: p.annotation for p in added}}
+        return run  # type: ignore[return-value]
+
+    return decorate
+
+
+def timing_flag_problem(**values: Any) -> str | None:
     """The first flag (named by its timing field) whose value the field's declaration
     refuses, as the one line to show; None if all can be used."""
     for name, value in values.items():

@@ -9,9 +9,19 @@ import sys
 from pathlib import Path
 
 import httpx
+from typer.main import get_command
 
+from benchmarks.spec import (
+    default_timing,
+    timing_fields,
+    timing_flag,
+    timing_knob,
+    user_timing_fields,
+)
 from cli.client import EXIT_ERROR, EXIT_PASS, EXIT_REGRESSION, exit_code_for
+from cli.main import cli
 from devkit.ports import free_port
+from tests.receiver import Receiver
 
 
 def _submit(*args: str) -> subprocess.CompletedProcess[str]:
@@ -96,3 +106,41 @@ def test_verdicts_map_to_ci_exit_codes() -> None:
     assert exit_code_for({"verdict": "regression"}) == EXIT_REGRESSION == 1
     assert exit_code_for({"verdict": "error"}) == EXIT_ERROR == 2
     assert exit_code_for({"verdict": None}) == EXIT_ERROR
+
+
+def _a_valid_value(field: str) -> tuple[list[str], object]:
+    """A value the field's declaration takes, as flags and as it should reach the API:
+    the CPU default (the bare declaration's may be one only the harness may hold), a
+    yes-or-no field's `--no-` form, a vocabulary's last word."""
+    kind = {name: kind for name, kind, _d, _k in timing_fields()}[field]
+    knob, flag = timing_knob(field), timing_flag(field)
+    if kind is bool:
+        return [f"--no-{flag[2:]}"], False
+    value = knob.choices[-1] if knob.choices else getattr(default_timing("cpu"), field)
+    return [flag, str(value)], value
+
+
+def test_every_timing_flag_reaches_the_request_under_its_field_s_name() -> None:
+    """The flags are made from the timing declaration (cli.timing_flags), so a field added
+    there is sent by `submit` without a line of CLI code: this walks the declaration."""
+    argv: list[str] = []
+    expected: dict[str, object] = {}
+    for field in user_timing_fields():
+        flags, value = _a_valid_value(field)
+        argv += flags
+        expected[field] = value
+    receiver = Receiver(status=200)
+    try:
+        proc = _submit(*_basic(receiver.url.removesuffix("/hook"), "t0ken"), *argv)
+    finally:
+        receiver.close()
+    assert proc.returncode == EXIT_ERROR  # the receiver's answer is no run
+    assert [b["matrix"]["timing"] for b in receiver.bodies] == [expected]
+
+
+def test_every_measuring_command_has_every_timing_flag() -> None:
+    commands = get_command(cli).commands  # type: ignore[attr-defined]
+    for name in ("bench", "submit", "demo", "sweep", "bisect"):
+        options = {opt for param in commands[name].params for opt in param.opts}
+        missing = [timing_flag(f) for f in user_timing_fields() if timing_flag(f) not in options]
+        assert missing == [], name
