@@ -23,12 +23,20 @@ from benchmarks.children import (
 )
 from benchmarks.merging import host_load_of, merge_processes
 from benchmarks.result import BenchResult, ResultError
+from benchmarks.result_schema import (
+    AdaptiveEvidence,
+    BaselineProcess,
+    ComparisonEvidence,
+    Resolvable,
+)
 from benchmarks.spec import (
     BenchSpec,
     SpecError,
     TimingPolicy,
 )
 from benchmarks.split_sides import run_unit
+from benchmarks.stored_parts import written
+from benchmarks.vocabulary import AdaptiveMode, StoppedBy
 
 ReferenceFor = Callable[[BenchResult], "stats.Reference | None"]
 
@@ -136,10 +144,10 @@ class AdaptiveMeasurement:
         self._reference_error: str | None = None
         self._merged: BenchResult | None = None
         self._decision: stats.Decision | None = None
-        self._stopped_by = "max_processes"
+        self._stopped_by: StoppedBy = "max_processes"
         self._final: BenchResult | None = None
         self._remeasured: list[dict[str, Any]] = []
-        self._mode = "adaptive"  # "same_software", "interleaved"
+        self._mode: AdaptiveMode = "adaptive"
         self._base_python: str | None = None
         self._base_results: list[BenchResult] = []
         self._comparison: paired_units.UnitsComparison | None = None
@@ -403,7 +411,7 @@ class AdaptiveMeasurement:
             self._final = failed_result(self.spec, f"{reason} (after {len(self._results)} "
                                   "processes)", "", self._started)
 
-    def _resolvable(self) -> dict[str, Any] | None:
+    def _resolvable(self) -> Resolvable | None:
         """The smallest change this runner decides at the cell's budget: the half-width a
         comparison of two such measurements reaches (one interleaved comparison: its
         pairs), from the cell's own unit variance and timing per unit."""
@@ -429,67 +437,66 @@ class AdaptiveMeasurement:
             return None
         if half is None:
             return None
-        return {"half_width": half, "budget_seconds": spent,
-                "unit_timing_seconds": round(per_unit, 3)}
+        return Resolvable(half_width=half, budget_seconds=spent,
+                          unit_timing_seconds=round(per_unit, 3))
 
     def _finish(self) -> None:
         merged, decision, reference = self._merged, self._decision, self._reference
         assert merged is not None
         base_spent = timing_seconds(self._base_results)
-        merged.evidence["adaptive"] = {
-            "outcome": decision.outcome if decision else None,
-            "stopped_by": self._stopped_by if reference is not None else "fixed_processes",
-            "processes": len(self._results),
-            "timing_seconds": timing_seconds(self._results) + base_spent,
-            "reference_speedup": reference.speedup if reference else None,
-            "reference_log_half": reference.log_half if reference else None,
-            "threshold": reference.threshold if reference else None,
-            "ratio": decision.ratio if decision else None,
-            "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
-            "log_half_width": decision.log_half if decision else None,
-            "target_half_width": (_comparison_target(self.spec.timing)
-                                  if self._comparison is not None
-                                  else self.spec.timing.target_half_width) or None,
-            "mode": self._mode,
-            **({"resolvable": r} if (r := self._resolvable()) else {}),
-            **({"reference_error": self._reference_error} if self._reference_error else {}),
-            **({"comparison_error": self._comparison_error}
-               if self._comparison_error else {}),
-        }
+        merged.evidence["adaptive"] = written(AdaptiveEvidence(
+            outcome=decision.outcome if decision else None,
+            stopped_by=self._stopped_by if reference is not None else "fixed_processes",
+            processes=len(self._results),
+            timing_seconds=timing_seconds(self._results) + base_spent,
+            reference_speedup=reference.speedup if reference else None,
+            reference_log_half=reference.log_half if reference else None,
+            threshold=reference.threshold if reference else None,
+            ratio=decision.ratio if decision else None,
+            ratio_ci=[decision.ratio_low, decision.ratio_high] if decision else None,
+            log_half_width=decision.log_half if decision else None,
+            target_half_width=(_comparison_target(self.spec.timing)
+                               if self._comparison is not None
+                               else self.spec.timing.target_half_width) or None,
+            mode=self._mode,
+            resolvable=self._resolvable(),
+            reference_error=self._reference_error or None,
+            comparison_error=self._comparison_error or None,
+        ), unless_none=("resolvable", "reference_error", "comparison_error"))
         if self._allocation is not None:
             merged.evidence["allocation"] = self._allocation
         if self._comparison is not None and reference is not None:
             base = self._comparison_base
             assert base is not None and base.speedup is not None
-            merged.evidence["comparison"] = {
-                "mode": "interleaved",
-                "baseline_result_id": reference.result_id,
-                "baseline_environment": reference.environment,
+            merged.evidence["comparison"] = written(ComparisonEvidence(
+                mode="interleaved",
+                baseline_result_id=reference.result_id,
+                baseline_environment=reference.environment,
                 # the baseline environment's speedup on the comparison's basis: over the
                 # shared eager level when eager was the same software (this result's
                 # speedup over the ratio), else as it measured itself
-                "baseline_speedup": (merged.speedup.value / self._comparison.ratio
-                                     if self._shared_side and merged.speedup
-                                     else base.speedup.value),
-                "baseline_measured_speedup": base.speedup.value,
-                "baseline_ci": [base.speedup.ci_low, base.speedup.ci_high],
-                "baseline_processes": [
-                    {"speedup": r.speedup.value if r.speedup else None,
-                     "baseline_median_ms": r.baseline.median_ms if r.baseline else None,
-                     "candidate_median_ms": r.candidate.median_ms if r.candidate else None}
+                baseline_speedup=(merged.speedup.value / self._comparison.ratio
+                                  if self._shared_side and merged.speedup
+                                  else base.speedup.value),
+                baseline_measured_speedup=base.speedup.value,
+                baseline_ci=[base.speedup.ci_low, base.speedup.ci_high],
+                baseline_processes=[BaselineProcess(
+                    speedup=r.speedup.value if r.speedup else None,
+                    baseline_median_ms=r.baseline.median_ms if r.baseline else None,
+                    candidate_median_ms=r.candidate.median_ms if r.candidate else None)
                     for r in self._base_results],
-                "baseline_timing_seconds": base_spent,
-                "ratio": self._comparison.ratio,
-                "ratio_ci": [self._comparison.low, self._comparison.high],
+                baseline_timing_seconds=base_spent,
+                ratio=self._comparison.ratio,
+                ratio_ci=[self._comparison.low, self._comparison.high],
                 # "candidate_side": eager was the same software in both (its side identity),
                 # so the ratio is of the candidate sides' times; "speedups" otherwise
-                "basis": "candidate_side" if self._shared_side else "speedups",
+                basis="candidate_side" if self._shared_side else "speedups",
                 # the candidate sides' pairs adjusted by eager's (paired_units.compare_levels)
-                "control_variate": self._comparison.control_variate,
-                **({"shared_baseline_side": self._shared_side} if self._shared_side else {}),
-                "pairs": self._comparison.pairs,
-                "threshold": reference.threshold,
-            }
+                control_variate=self._comparison.control_variate,
+                shared_baseline_side=self._shared_side,
+                pairs=self._comparison.pairs,
+                threshold=reference.threshold,
+            ), unless_none=("shared_baseline_side",))
         if self._remeasured and isinstance(merged.fingerprint.get("host_load"), dict):
             merged.fingerprint["host_load"]["remeasured"] = self._remeasured
         self._final = merged

@@ -22,10 +22,12 @@ from typing import Any
 
 from benchmarks import build, fingerprint, forkserver, host, prepared
 from benchmarks.result import BenchResult, ResultError
+from benchmarks.result_schema import HostLoadRecord
 from benchmarks.spec import (
     LATER_PROCESS_OPTION,
     BenchSpec,
 )
+from benchmarks.stored_parts import written
 
 STDERR_TAIL_BYTES = 4096
 
@@ -391,5 +393,5 @@ def _with_host_load(result: BenchResult, monitor: host.LoadMonitor) -> BenchResu
         load = monitor.load(*window) if isinstance(window, list) and len(window) == 2 \
             else monitor.load()
         if load is not None:
-            result.fingerprint["host_load"] = load.to_dict()
+            result.fingerprint["host_load"] = written(HostLoadRecord(**load.to_dict()))
     return result

@@ -33,11 +33,14 @@ from benchmarks.adaptive import AdaptiveMeasurement, timing_seconds
 from benchmarks.children import failed_result, run_one
 from benchmarks.merging import merge_processes
 from benchmarks.result import BenchResult, ResultError
+from benchmarks.result_schema import AdaptiveEvidence
 from benchmarks.spec import (
     BenchSpec,
     SpecError,
 )
 from benchmarks.split_sides import run_unit
+from benchmarks.stored_parts import written
+from benchmarks.vocabulary import StoppedBy
 
 
 def run_isolated(
@@ -200,7 +203,7 @@ def run_interleaved(
         return [failed_result(spec, f"invalid spec: {exc}", "", started) for _ in pythons]
     done: list[list[BenchResult]] = [[] for _ in pythons]
     decision: stats.Decision | None = None
-    stopped_by = "max_processes"
+    stopped_by: StoppedBy = "max_processes"
     for j in range(k_max):
         for i, python in enumerate(pythons):
             one = run_unit(spec, j, timeout_s=timeout_s, python=python, env=env, cwd=None)
@@ -241,19 +244,19 @@ def _merged_or_failed(spec: BenchSpec, results: list[BenchResult],
         return failed_result(spec, f"merging {len(results)} processes: {exc}", "", started)
 
 
-def _pair_record(decision: stats.Decision | None, stopped_by: str,
+def _pair_record(decision: stats.Decision | None, stopped_by: StoppedBy,
                  results: list[BenchResult], threshold: float) -> dict[str, Any]:
     """`evidence.adaptive` of each side of an adaptively interleaved pair."""
-    return {
-        "outcome": decision.outcome if decision else None,
-        "stopped_by": "decided" if decision and decision.decided else stopped_by,
-        "processes": len(results),
-        "timing_seconds": timing_seconds(results),
-        "threshold": threshold,
-        "ratio": decision.ratio if decision else None,
-        "ratio_ci": [decision.ratio_low, decision.ratio_high] if decision else None,
-        "interleaved_pair": True,
-    }
+    return written(AdaptiveEvidence(
+        outcome=decision.outcome if decision else None,
+        stopped_by="decided" if decision and decision.decided else stopped_by,
+        processes=len(results),
+        timing_seconds=timing_seconds(results),
+        threshold=threshold,
+        ratio=decision.ratio if decision else None,
+        ratio_ci=[decision.ratio_low, decision.ratio_high] if decision else None,
+        interleaved_pair=True,
+    ))
 
 
 def _pair_decision(spec: BenchSpec, done: list[list[BenchResult]], threshold: float,

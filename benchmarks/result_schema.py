@@ -30,16 +30,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
     PlainValidator,
     StrictBool,
     TypeAdapter,
-    create_model,
     model_validator,
 )
 from pydantic_core import ErrorDetails
@@ -64,7 +62,6 @@ from benchmarks.document_values import (
     Name,
     NameMap,
     NonNegative,
-    Number,
     Open,
     Positive,
     SchemaVersion,
@@ -77,7 +74,9 @@ from benchmarks.document_values import (
     TimingMode,
     _raise_at,
 )
-from benchmarks.spec import Knob, SpecError, parse_series_key, timing_fields
+from benchmarks.spec import SpecError, parse_series_key
+from benchmarks.timing_schema import TimingPolicyDocument
+from benchmarks.vocabulary import AdaptiveMode, Outcome, StoppedBy
 
 # A document `speedwatch bench --isolate --json` wrote (a tiny ResNet, ONNX Runtime against
 # eager on a CPU, 3 processes each side alone): the API's example, and a test's.
@@ -123,44 +122,6 @@ class AccuracyDocument(Closed):
     max_abs: NonNegative
     tolerance: NonNegative
     passed: StrictBool
-
-
-def _value_type(kind: type, knob: Knob, *, strict_names: bool) -> Any:
-    if knob.choices is not None:
-        return Literal[knob.choices]
-    return {bool: StrictBool, int: Int, float: Number}[kind] if strict_names else kind
-
-
-def optional_timing_field(kind: type, knob: Knob, *, described: bool = True
-                          ) -> tuple[Any, Any]:
-    """An override of one timing field (absent: the default), bounded as the field is."""
-    return _value_type(kind, knob, strict_names=False) | None, Field(
-        default=None, ge=knob.ge, gt=knob.gt, le=knob.le, lt=knob.lt,
-        description=knob.description if described else None)
-
-
-def timing_model(name: str, base: type[Any], field_for: Callable[[type, Any, Knob], Any], *,
-                 module: str, doc: str | None = None,
-                 names: tuple[str, ...] | None = None) -> type[Any]:
-    """A pydantic model of TimingPolicy's fields (or `names` of them), one field each from
-    `field_for(python type, default, Knob)`: how the API's request, the result document and
-    the project file each take a timing policy, from its one declaration."""
-    return create_model(name, __base__=base, __module__=module, __doc__=doc, **{
-        field: field_for(kind, default, knob)
-        for field, kind, default, knob in timing_fields() if names is None or field in names})
-
-
-if TYPE_CHECKING:
-    class TimingPolicyDocument(Closed):
-        """benchmarks.spec.TimingPolicy, field for field (made from its declaration)."""
-else:
-    TimingPolicyDocument = timing_model(
-        "TimingPolicyDocument", Closed,
-        lambda kind, default, knob: (_value_type(kind, knob, strict_names=True), default),
-        module=__name__,
-        doc="benchmarks.spec.TimingPolicy, field for field (made from its declaration); "
-            "whether the values are usable is BenchSpec.validate's question (and the "
-            "runner's: a document of a refused policy records the refusal).")
 
 
 class SpecOptions(Open):
@@ -325,13 +286,9 @@ class AdaptiveEvidence(Open):
     """How an adaptive measurement ended (benchmarks.adaptive.AdaptiveMeasurement); the
     verdict's notes do arithmetic on these."""
 
-    outcome: Literal["pass", "regression", "precise", "undecided"] | None = None
-    stopped_by: Literal["decided", "max_processes", "budget", "fixed_processes",
-                        "same_software"] | None = None
-    # how the cell was compared: against the stored baseline ("adaptive"), not at all (the
-    # baseline's very software: "same_software"), or with the baseline's environment
-    # measured in the same session ("interleaved": evidence.comparison)
-    mode: Literal["adaptive", "same_software", "interleaved"] | None = None
+    outcome: Outcome | None = None
+    stopped_by: StoppedBy | None = None
+    mode: AdaptiveMode | None = None
     resolvable: Resolvable | None = None
     processes: Annotated[int, Field(strict=True, ge=0, le=MAX_PROCESSES)] | None = None
     timing_seconds: NonNegative | None = None
@@ -345,6 +302,15 @@ class AdaptiveEvidence(Open):
     log_half_width: LogHalfWidth | None = None
     target_half_width: NonNegative | None = None
     reference_error: Text | None = None
+    comparison_error: Text | None = None
+    # one side of a pair of cells measured in turns (benchmarks.isolation)
+    interleaved_pair: StrictBool | None = None
+
+
+class BaselineProcess(Open):
+    speedup: Positive | None = None
+    baseline_median_ms: Positive | None = None
+    candidate_median_ms: Positive | None = None
 
 
 class ComparisonEvidence(Open):
@@ -358,10 +324,13 @@ class ComparisonEvidence(Open):
     baseline_speedup: Positive | None = None
     baseline_measured_speedup: Positive | None = None
     baseline_ci: Annotated[list[Positive], Field(min_length=2, max_length=2)] | None = None
+    baseline_processes: Annotated[list[BaselineProcess],
+                                  Field(max_length=MAX_PROCESSES)] | None = None
     baseline_timing_seconds: NonNegative | None = None
     ratio: Positive | None = None
     ratio_ci: Annotated[list[Positive], Field(min_length=2, max_length=2)] | None = None
     basis: Name | None = None  # "candidate_side" or "speedups"
+    shared_baseline_side: Name | None = None  # the eager side's identity both ran
     # the candidate sides' pairs adjusted by eager's (benchmarks.paired_units)
     control_variate: StrictBool | None = None
     pairs: Count | None = None

@@ -63,7 +63,7 @@ COMPILE_CACHES: tuple[CompileCache, ...] = typing.get_args(CompileCache)
 class Knob:
     """A timing field's bounds and what it means to a user: the one declaration the API's
     request schema (app.schemas.TimingIn), the result document's schema
-    (benchmarks.result_schema.TimingPolicyDocument) and `BenchSpec.validate` are made from.
+    (benchmarks.timing_schema.TimingPolicyDocument) and `BenchSpec.validate` are made from.
 
     ge/gt/le/lt bound what the API accepts and what a stored spec may hold; `stored` widens
     the stored range where the harness's own values lie outside what a user may ask for

@@ -54,6 +54,7 @@ import numpy.typing as npt
 from scipy import stats as _scipy_stats
 
 from benchmarks.result import LatencySummary, Speedup
+from benchmarks.vocabulary import Outcome
 
 Rounds = Sequence[Sequence[float]]
 
@@ -351,7 +352,7 @@ class Reference:
     result_id: int | None = None
 
 
-def classify_ratio(ratio: float, low: float, high: float, threshold: float) -> str:
+def classify_ratio(ratio: float, low: float, high: float, threshold: float) -> Outcome:
     """The one decision rule, for a ratio new / reference and its interval [low, high].
 
     "regression": the interval excludes no change (high < 1) AND the estimate is past the
@@ -413,7 +414,7 @@ class Decision:
     "undecided"), or "precise" (no reference; CI narrow enough).
     """
 
-    outcome: str
+    outcome: Outcome
     ratio: float | None
     ratio_low: float | None
     ratio_high: float | None

@@ -1,16 +1,27 @@
-"""Parts of a stored result document read through the schema's types
-(benchmarks.result_schema), for readers such as the verdict's notes: a reader of typed
-fields then needs no guard of its own."""
+"""Parts of a result document written and read through the schema's types
+(benchmarks.result_schema): the harness writes the parts the verdict reads (the adaptive
+record, the in-session comparison, the host's load) through `written`, so a misspelt or
+mistyped field fails where it is made, and readers such as the verdict's notes read them
+through `stored_part`/`stored_evidence`, so a reader of typed fields needs no guard of
+its own."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from benchmarks.result_schema import EvidenceDocument
 
 _Part = TypeVar("_Part", bound=BaseModel)
+
+
+def written(part: BaseModel, *, unless_none: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A typed part as the document holds it: the fields given, None included (the
+    harness has always written `"ratio": null` where there was none), except the fields
+    in `unless_none`, which a document leaves out rather than holding null."""
+    data = part.model_dump(exclude_unset=True)
+    return {k: v for k, v in data.items() if v is not None or k not in unless_none}
 
 
 def stored_part(model: type[_Part], value: object) -> _Part | None:

@@ -58,8 +58,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import tomllib
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from benchmarks.result_schema import optional_timing_field, timing_model
 from benchmarks.spec import timing_fields, user_timing_fields
+from benchmarks.timing_schema import optional_timing_field, timing_model
 
 FILE_NAME = "speedwatch.toml"
 PYPROJECT = "pyproject.toml"

@@ -19,12 +19,8 @@ from app.schemas.common import (
     StrictModel,
     WeightsName,
 )
-from benchmarks.result_schema import (
-    DOCUMENT_EXAMPLE,
-    BenchResultDocument,
-    optional_timing_field,
-    timing_model,
-)
+from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
+from benchmarks.timing_schema import optional_timing_field, timing_model
 
 
 class EnvironmentIn(StrictModel):

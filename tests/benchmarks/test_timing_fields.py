@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.schemas import TimingIn
-from benchmarks.result_schema import TimingPolicyDocument
 from benchmarks.spec import BenchSpec, SpecError, TimingPolicy, timing_fields
+from benchmarks.timing_schema import TimingPolicyDocument
 
 
 def test_the_three_schemas_have_the_policy_s_fields_and_defaults() -> None:

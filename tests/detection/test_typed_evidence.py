@@ -5,14 +5,17 @@ and a stored part the schema refuses is left out of the reading, not guessed at.
 from __future__ import annotations
 
 import copy
+import typing
 from dataclasses import replace
 
 import pytest
 from pydantic import ValidationError
 
 from app.detection.notes import host_load_note, measurement_notes
+from benchmarks import stats
 from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument, error_path
 from benchmarks.stored_parts import stored_evidence
+from benchmarks.vocabulary import Outcome
 from tests.detection.test_verdict import result
 
 ADAPTIVE = {"processes": 3, "timing_seconds": 4.0, "stopped_by": "decided",
@@ -54,3 +57,21 @@ def test_an_upload_is_held_to_the_types_the_verdict_reads(
     with pytest.raises(ValidationError) as caught:
         BenchResultDocument.model_validate(document)
     assert field in {error_path(e["loc"]) for e in caught.value.errors()}
+
+
+@pytest.mark.parametrize(("ratio", "low", "high"), [
+    (1.20, 1.10, 1.30),   # a real improvement past the threshold
+    (0.80, 0.75, 0.85),   # a real regression
+    (1.00, 0.99, 1.01),   # pass
+    (0.98, 0.90, 1.05),   # undecided
+])
+def test_every_outcome_the_decision_rule_gives_is_one_a_document_may_hold(
+        ratio: float, low: float, high: float) -> None:
+    """The harness writes stats.classify_ratio's word into evidence.adaptive.outcome; the
+    schema takes its words from the same vocabulary (an improvement was once refused, so an
+    improved cell's upload failed and the verdict lost its adaptive record)."""
+    outcome = stats.classify_ratio(ratio, low, high, 0.03)
+    evidence = {"adaptive": {"outcome": outcome, "processes": 3}}
+    assert stored_evidence(evidence).adaptive is not None
+    assert stored_evidence(evidence).adaptive.outcome == outcome  # type: ignore[union-attr]
+    assert set(typing.get_args(Outcome)) >= {outcome}
