@@ -14,7 +14,6 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from cli.client import (
 )
 from cli.extras import needs
 from cli.help_format import Command
+from cli.matrix_flags import MatrixFlags, MatrixOptions, with_matrix_flags
 from cli.request_fields import WHERE_FLAGS, environment_of, split_values
 from cli.timing_flags import TimingFlags, flag_of, timing_flag_problem, with_timing_flags
 
@@ -43,51 +43,6 @@ def register(cli: typer.Typer) -> None:
 
 
 # ---- request building ----------------------------------------------------------------------
-
-def _ints(values: list[str] | None, option: str) -> list[int]:
-    try:
-        return [int(v) for v in split_values(values)]
-    except ValueError:
-        raise ClientError(f"{option}: expected integers such as 1,8") from None
-
-
-@dataclass
-class MatrixOptions:
-    models: list[str] = field(default_factory=lambda: ["resnet50"])
-    backends: list[str] = field(default_factory=lambda: ["onnxruntime"])
-    weights: list[str] = field(default_factory=lambda: ["constant"])
-    precisions: list[str] = field(default_factory=lambda: ["fp32"])
-    batch_sizes: list[int] = field(default_factory=lambda: [1])
-    shape_modes: list[str] = field(default_factory=lambda: ["static"])
-    opt_levels: list[str] = field(default_factory=lambda: ["default"])
-    device: str = "cpu"
-    image_size: int | None = None
-    width: int | None = None
-    threads: int | None = None
-    sides: str | None = None
-    timing: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "models": self.models, "backends": self.backends, "weights": self.weights,
-            "precisions": self.precisions, "batch_sizes": self.batch_sizes,
-            "shape_modes": self.shape_modes, "device": self.device,
-        }
-        if self.opt_levels != ["default"]:
-            body["opt_levels"] = self.opt_levels
-        if self.image_size is not None:
-            body["image_size"] = self.image_size
-        if self.width is not None:
-            body["width"] = self.width
-        if self.threads is not None:
-            body["threads"] = self.threads
-        if self.sides is not None:
-            body["sides"] = self.sides
-        timing = {k: v for k, v in self.timing.items() if v is not None}
-        if timing:
-            body["timing"] = timing
-        return body
-
 
 def run_request(
     *, project: str, revision: str, branch: str | None, pins: list[str] | None,
@@ -140,6 +95,9 @@ def _check_timing_flags(timing: TimingFlags) -> None:
 
 @with_timing_flags(more={"processes": "The CI covers the variance between processes, i.e. "
                                       "what a second run would see."})
+@with_matrix_flags(model_help=_model_help(), panel="Matrix", threads_help=(
+    "CPU threads for both sides; default 1 on the CPU (as `demo`: steadier timings on a "
+    "shared host); 0: the library's default (all cores)."))
 def submit(
     url: str | None = typer.Option(
         None, envvar="SPEEDWATCH_URL",
@@ -171,37 +129,6 @@ def submit(
     interpreter: str | None = typer.Option(
         None, help="A named interpreter the workers know, instead of pins.",
         rich_help_panel="Environment"),
-    model: list[str] | None = typer.Option(
-        None, help=_model_help(), rich_help_panel="Matrix"),
-    backend: list[str] | None = typer.Option(
-        None, help="Backends, e.g. onnxruntime,inductor.", rich_help_panel="Matrix"),
-    weights: list[str] | None = typer.Option(
-        None, help="constant, tensor, refit.", rich_help_panel="Matrix"),
-    precision: list[str] | None = typer.Option(
-        None, help="fp32, fp16, bf16.", rich_help_panel="Matrix"),
-    batch: list[str] | None = typer.Option(
-        None, help="Batch sizes, e.g. 1,8.", rich_help_panel="Matrix"),
-    shape_mode: list[str] | None = typer.Option(
-        None, help="static, dynamic.", rich_help_panel="Matrix"),
-    opt_level: list[str] | None = typer.Option(
-        None, "--opt-level", help="Optimization levels, each backend's own (onnxruntime "
-        "disabled/basic/extended/all, inductor max-autotune-no-cudagraphs, tensorrt 0-5).",
-        rich_help_panel="Matrix"),
-    device: str | None = typer.Option(
-        None, help='"cpu" (default), "cuda" or a GPU class the '
-                                      'server routes.', rich_help_panel="Matrix"),
-    image_size: int | None = typer.Option(
-        None, help="Input image size (default 224).", rich_help_panel="Matrix"),
-    width: int | None = typer.Option(
-        None, help="ResNet stem width (default 64).", rich_help_panel="Matrix"),
-    threads: int | None = typer.Option(
-        None, min=0, help="CPU threads for both sides; default 1 on the CPU (as `demo`: "
-        "steadier timings on a shared host); 0: the library's default (all cores).",
-        rich_help_panel="Matrix"),
-    sides: str | None = typer.Option(
-        None, help="split: each side timed alone in processes of its own (server default "
-        "on the CPU); paired: both sides in every process (default on a GPU). A change "
-        "starts a new series.", rich_help_panel="Matrix"),
     idempotency_key: str | None = typer.Option(
         None, help="Same key = same run on retry (default: identical request = same run).",
         rich_help_panel="Waiting and reports"),
@@ -224,6 +151,7 @@ def submit(
         None, "--json", help="With --wait: write the finished run as JSON.",
         rich_help_panel="Waiting and reports"),
     *,
+    matrix: MatrixFlags,
     timing: TimingFlags,
 ) -> None:
     """Trigger a benchmark run; with --wait, exit 0 on pass, 1 on regression, 2 on error,
@@ -236,16 +164,7 @@ def submit(
         revision, branch = (project_file.revision(revision, pf.root),
                             project_file.branch(branch, pf.root))
         pin, interpreter = pf.environment(pin, interpreter)
-        model, backend, weights, precision, batch, shape_mode = (
-            pf.pick(f"matrix.{key}", given) for key, given in (
-                ("models", model), ("backends", backend), ("weights", weights),
-                ("precisions", precision), ("batch_sizes", batch),
-                ("shape_modes", shape_mode)))
-        device = pf.pick("matrix.device", device) or "cpu"
-        image_size, width, threads, sides = (
-            pf.pick(f"matrix.{key}", given) for key, given in (
-                ("image_size", image_size), ("width", width), ("threads", threads),
-                ("sides", sides)))
+        matrix = matrix.with_file(pf)
         timing = TimingFlags({name: pf.pick(f"timing.{name}", given)
                               for name, given in timing.items()})
         project_file.warn_about_thresholds(pf, url, token, project)
@@ -254,23 +173,10 @@ def submit(
     if (summary or junit or json_out) and not wait:
         raise _fail("--summary, --junit and --json need --wait (they report the verdict)")
     try:
-        if sides is not None and sides not in ("paired", "split"):
-            raise _fail(f"--sides: {sides!r} is not paired or split")
-        _check_timing_flags(timing)
-        if threads is None and device == "cpu":
-            threads = 1
-        matrix = MatrixOptions(device=device, image_size=image_size, width=width,
-                               threads=threads or None, sides=sides)
-        for attr, values in (("models", model), ("backends", backend), ("weights", weights),
-                             ("precisions", precision), ("shape_modes", shape_mode),
-                             ("opt_levels", opt_level)):
-            if values:
-                setattr(matrix, attr, split_values(values))
-        if batch:
-            matrix.batch_sizes = _ints(batch, "--batch")
-        matrix.timing = dict(timing)
+        # threads 1 on the CPU unless asked: steadier on a shared host, and `demo`'s series
         body = run_request(project=project, revision=revision, branch=branch,
-                           pins=pin, interpreter=interpreter, matrix=matrix,
+                           pins=pin, interpreter=interpreter,
+                           matrix=matrix.options(timing, cpu_threads=1),
                            trigger="ci" if os.environ.get("CI") else "cli")
         api = Api(url, token, flags=SUBMIT_FLAGS)
         try:

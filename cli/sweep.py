@@ -17,13 +17,15 @@ import typer
 
 from cli.client import EXIT_ERROR, EXIT_PASS, Api, ClientError, Watched, follow
 from cli.help_format import Command
+from cli.matrix_flags import MatrixFlags, with_matrix_flags
 from cli.request_fields import split_values
-from cli.submit import MatrixOptions, _ints
-from cli.timing_flags import TimingFlags, timing_flag_problem, with_timing_flags
+from cli.timing_flags import TimingFlags, with_timing_flags
 
 URL = typer.Option(..., envvar="SPEEDWATCH_URL", help="Server, e.g. http://host:8000")
 TOKEN = typer.Option(..., envvar="SPEEDWATCH_TOKEN", help="Token with the ci scope.")
 FINISHED = ("done", "failed", "cancelled")
+THREADS_HELP = ("CPU threads for both sides (1 = steadier on a shared host); default: the "
+                "library's (all cores).")
 
 # Request fields -> the flags that set them, so a refusal names what to change.
 SWEEP_FLAGS = {"package": "--package", "from_version": "--from", "to_version": "--to",
@@ -39,27 +41,6 @@ def register(cli: typer.Typer) -> None:
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(EXIT_ERROR)
-
-
-def _matrix(model: list[str] | None, backend: list[str] | None, weights: list[str] | None,
-            precision: list[str] | None, batch: list[str] | None, device: str,
-            image_size: int | None, width: int | None, threads: int | None,
-            sides: str | None, timing: TimingFlags) -> dict[str, Any]:
-    if sides is not None and sides not in ("paired", "split"):
-        raise ClientError(f"--sides: {sides!r} is not paired or split")
-    problem = timing_flag_problem(**timing)
-    if problem is not None:
-        raise ClientError(problem)
-    matrix = MatrixOptions(device=device, image_size=image_size, width=width,
-                           threads=threads, sides=sides)
-    for attr, values in (("models", model), ("backends", backend), ("weights", weights),
-                         ("precisions", precision)):
-        if values:
-            setattr(matrix, attr, split_values(values))
-    if batch:
-        matrix.batch_sizes = _ints(batch, "--batch")
-    matrix.timing = dict(timing)
-    return matrix.to_json()
 
 
 def _pct(value: float | None) -> str:
@@ -170,20 +151,13 @@ def _follow(api: Api, sweep: dict[str, Any], wait: bool, timeout: float,
     raise typer.Exit(EXIT_PASS if sweep["status"] == "done" else EXIT_ERROR)
 
 
-MODEL = typer.Option(None, help="Models (default resnet50).")
-BACKEND = typer.Option(None, help="Backends (default onnxruntime).")
-WEIGHTS = typer.Option(None, help="constant, tensor, refit (default constant).")
-PRECISION = typer.Option(None, help="fp32, fp16, bf16.")
-BATCH = typer.Option(None, help="Batch sizes, e.g. 1.")
-DEVICE = typer.Option("cpu", help='"cpu", "cuda" or a GPU class the server routes.')
-THREADS = typer.Option(None, help="CPU threads for both sides (1 = steadier on a shared host).")
-SIDES = typer.Option(None, help="split or paired (server default by device).")
 WAIT = typer.Option(False, "--wait", help="Follow it to the end; exit 0 done, 2 otherwise.")
 TIMEOUT = typer.Option(6 * 3600.0, help="Seconds to wait with --wait.")
 POLL = typer.Option(5.0, help="Seconds between polls with --wait.")
 
 
 @with_timing_flags(panel=None)
+@with_matrix_flags(model_help="Models (default resnet50).", threads_help=THREADS_HELP)
 def sweep(
     package: str = typer.Option(..., help="An allowlisted package, e.g. onnxruntime."),
     from_version: str = typer.Option(..., "--from", help="Oldest release, e.g. 1.16.0."),
@@ -197,14 +171,9 @@ def sweep(
         None, "--hold", help="A pin held fixed in every run (repeatable), e.g. numpy==1.26.4."),
     max_versions: int | None = typer.Option(
         None, help="Refuse a range with more releases than this (server limit otherwise)."),
-    model: list[str] | None = MODEL, backend: list[str] | None = BACKEND,
-    weights: list[str] | None = WEIGHTS, precision: list[str] | None = PRECISION,
-    batch: list[str] | None = BATCH, device: str = DEVICE,
-    image_size: int | None = typer.Option(None, help="Input image size (default 224)."),
-    width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
-    threads: int | None = THREADS, sides: str | None = SIDES,
     wait: bool = WAIT, timeout: float = TIMEOUT, poll: float = POLL,
     *,
+    matrix: MatrixFlags,
     timing: TimingFlags,
 ) -> None:
     """Measure every release of a package in a range: one run per version, read from the
@@ -213,8 +182,7 @@ def sweep(
         body = {
             "project": project, "package": package, "from_version": from_version,
             "to_version": to_version, "pre": pre, "holds": split_values(hold),
-            "matrix": _matrix(model, backend, weights, precision, batch, device, image_size,
-                              width, threads, sides, timing),
+            "matrix": matrix.options(timing, cpu_threads=None).to_json(),
         }
         if max_versions is not None:
             body["max_versions"] = max_versions
@@ -234,6 +202,7 @@ def sweep(
 
 
 @with_timing_flags(panel=None)
+@with_matrix_flags(model_help="Models (default resnet50).", threads_help=THREADS_HELP)
 def bisect(
     project: str = typer.Option(..., envvar="SPEEDWATCH_PROJECT", help="Project name."),
     url: str = URL,
@@ -249,14 +218,9 @@ def bisect(
     pre: bool = typer.Option(False, "--pre", help="Include pre-releases in the search."),
     max_steps: int | None = typer.Option(
         None, help="Runs at most, the two environments included (server limit otherwise)."),
-    model: list[str] | None = MODEL, backend: list[str] | None = BACKEND,
-    weights: list[str] | None = WEIGHTS, precision: list[str] | None = PRECISION,
-    batch: list[str] | None = BATCH, device: str = DEVICE,
-    image_size: int | None = typer.Option(None, help="Input image size (default 224)."),
-    width: int | None = typer.Option(None, help="ResNet stem width (default 64)."),
-    threads: int | None = THREADS, sides: str | None = SIDES,
     wait: bool = WAIT, timeout: float = TIMEOUT, poll: float = POLL,
     *,
+    matrix: MatrixFlags,
     timing: TimingFlags,
 ) -> None:
     """Find the first release that made a series slower: binary search between a good and
@@ -270,9 +234,8 @@ def bisect(
         else:
             if not good or not bad:
                 raise ClientError("give both --good and --bad")
-            body.update(good=split_values(good), bad=split_values(bad), matrix=_matrix(
-                model, backend, weights, precision, batch, device, image_size, width,
-                threads, sides, timing))
+            body.update(good=split_values(good), bad=split_values(bad),
+                        matrix=matrix.options(timing, cpu_threads=None).to_json())
         if package:
             body["packages"] = split_values(package)
         if max_steps is not None:

@@ -8,8 +8,6 @@ the moment it is declared."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, TypeVar
@@ -23,6 +21,7 @@ from benchmarks.spec import (
     timing_knob,
     user_timing_fields,
 )
+from cli.flag_groups import flag_group
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,34 +72,11 @@ def with_timing_flags(*, panel: str | None = "Timing", more: Mapping[str, str] |
     """A command with one option per user timing field (`user_timing_fields`, less
     `leave_out`), added after its own parameters; the command takes them as one keyword
     argument, `timing` (a TimingFlags). `more`: help added to a field's own."""
-    fields = tuple(f for f in user_timing_fields() if f not in leave_out)
     kinds = {name: kind for name, kind, _d, _k in timing_fields()}
-
-    def decorate(command: F) -> F:
-        signature = inspect.signature(command)
-        own = [p for p in signature.parameters.values() if p.name != "timing"]
-        taken = {p.name for p in own} & set(fields)
-        if taken:
-            raise TypeError(f"{command.__name__} declares timing flags itself: {sorted(taken)}")
-        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                                   default=timing_option(name, more=(more or {}).get(name, ""),
-                                                         panel=panel),
-                                   annotation=Optional[kinds[name]])  # noqa: UP045 (a runtime type)
-                 for name in fields]
-
-        @functools.wraps(command)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            timing = TimingFlags({name: kwargs.pop(name, None) for name in fields})
-            return command(*args, timing=timing, **kwargs)
-
-        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=[*own, *added])
-        run.__annotations__ = {**{k: v for k, v in command.__annotations__.items()
-                                  if k != "timing"},
-                               **{p.name: p.annotation for p in added}}
-        return run  # type: ignore[return-value]
-
-    return decorate
+    options = {name: (Optional[kinds[name]],  # noqa: UP045 (a runtime type, for typer)
+                      timing_option(name, more=(more or {}).get(name, ""), panel=panel))
+               for name in user_timing_fields() if name not in leave_out}
+    return flag_group("timing", options, TimingFlags)
 
 
 def timing_flag_problem(**values: Any) -> str | None:
