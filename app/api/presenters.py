@@ -22,6 +22,7 @@ from app.schemas import (
     SpeedupPublic,
 )
 from app.services.series import Point
+from benchmarks.spec import timing_fields
 
 
 def progress(counts: Counter[str]) -> ProgressPublic:
@@ -48,6 +49,11 @@ def run_public(run: Run, counts: Counter[str]) -> RunPublic:
     )
 
 
+def _columns(row: object, *names: str) -> dict[str, Any]:
+    """A row's columns that its public model shows under the same names."""
+    return {name: getattr(row, name) for name in names}
+
+
 def cell_public(cell: Cell, result: Result | None) -> CellPublic:
     spec = cell.spec
     timing = spec.get("timing") or {}
@@ -61,27 +67,18 @@ def cell_public(cell: Cell, result: Result | None) -> CellPublic:
             comparison=known.get("comparison"),
             baseline_result_id=known.get("baseline_result_id"))
     return CellPublic(
-        id=cell.id,
-        series_key=cell.series_key,
-        queue=cell.queue,
-        status=cell.status,
-        attempts=cell.attempts,
-        error=cell.error,
+        **_columns(cell, "id", "series_key", "queue", "status", "attempts", "error",
+                   "started_at", "finished_at"),
         spec=CellSpecPublic(**{k: spec[k] for k in CellSpecPublic.model_fields if k in spec},
                             threads=(spec.get("options") or {}).get("threads"),
                             sides=str((spec.get("options") or {}).get("sides", "paired")),
-                            cuda_graphs=bool(timing.get("cuda_graphs", True)),
-                            processes=int(timing.get("processes", 1)),
-                            max_processes=int(timing.get("max_processes", 0)),
-                            budget_seconds=float(timing.get("budget_seconds", 0.0)),
-                            target_half_width=float(timing.get("target_half_width", 0.0)),
-                            compile_cache=str(timing.get("compile_cache", "process")),
-                            builds=str(timing.get("builds", "pinned")),
-                            max_host_load=float(timing.get("max_host_load", 0.5))),
+                            # the timing fields the cell's summary shows; a stored spec
+                            # leaves some out at their defaults (Knob.quiet_default)
+                            **{name: kind(timing.get(name, default))
+                               for name, kind, default, _knob in timing_fields()
+                               if name in CellSpecPublic.model_fields}),
         result=ResultSummaryPublic.model_validate(result) if result is not None else None,
         judgement=judgement,
-        started_at=cell.started_at,
-        finished_at=cell.finished_at,
     )
 
 
@@ -95,36 +92,17 @@ def run_detail(
 
 
 def point_public(point: Point) -> PointPublic:
-    return PointPublic(
-        result_id=point.result_id,
-        run_id=point.run_id,
-        revision=point.revision,
-        branch=point.branch,
-        created_at=point.created_at,
-        speedup=point.speedup,
-        ci_low=point.ci_low,
-        ci_high=point.ci_high,
-        baseline_median_ms=point.baseline_median_ms,
-        candidate_median_ms=point.candidate_median_ms,
-        accuracy_passed=point.accuracy_passed,
-        installed_versions=dict(point.installed_versions or {}),
-    )
+    return PointPublic.model_validate(
+        {name: getattr(point, name) for name in PointPublic.model_fields}
+        | {"installed_versions": dict(point.installed_versions or {})})
 
 
 def series_public(series: Series, latest: Point | None) -> SeriesPublic:
     return SeriesPublic(
-        key=series.key,
+        # timing_mode: the column's CHECK constraint holds it to the schema's words
+        **_columns(series, "key", "model", "backend", "weights", "precision", "batch_size",
+                   "shape_mode", "device_class", "threads", "timing_mode", "options"),
         project=series.project.name,
-        model=series.model,
-        backend=series.backend,
-        weights=series.weights,
-        precision=series.precision,
-        batch_size=series.batch_size,
-        shape_mode=series.shape_mode,
-        device_class=series.device_class,
-        threads=series.threads,
-        timing_mode=series.timing_mode,  # type: ignore[arg-type]  # CHECK-constrained
-        options=series.options,
         latest=point_public(latest) if latest is not None else None,
     )
 
