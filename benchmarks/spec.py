@@ -190,10 +190,9 @@ class TimingPolicy:
     compile_cache: str = _knob(
         "process", choices=COMPILE_CACHES, quiet_default=True,
         description="\"process\" (default): each process compiles afresh, so the interval "
-        "covers what a "
-        "new compile may choose; \"host\": processes share the worker's compile cache "
-        "(runtime variance only: tighter, so fewer processes; blind to a compile landing "
-        "elsewhere)")
+        "covers what a new compile may choose; \"host\": processes share the worker's "
+        "compile cache (runtime variance only: tighter, so fewer processes; blind to a "
+        "compile landing elsewhere)")
     # How builds make the choices a compiler makes by timing (benchmarks.build.BUILDS):
     # "pinned" (default) makes them deterministically or once per host through a tuning
     # cache, so a rebuild runs the same code; "as-shipped" leaves them to the compiler as
@@ -203,11 +202,10 @@ class TimingPolicy:
     builds: str = _knob(
         "pinned", choices=BUILDS, quiet_default=True,
         description="\"pinned\" (default): choices a compiler makes by timing (inductor's "
-        "autotuning, "
-        "cuDNN and ONNX Runtime algorithm search, TensorRT tactics) are made "
+        "autotuning, cuDNN and ONNX Runtime algorithm search, TensorRT tactics) are made "
         "deterministically or once per host through a tuning cache, so a rebuild runs the "
-        "same code (evidence.build_fingerprint says so); \"as-shipped\": each build times its"
-        " own choices as a user's production build does, the interval covers the spread "
+        "same code (evidence.build_fingerprint says so); \"as-shipped\": each build times "
+        "its own choices as a user's production build does, the interval covers the spread "
         "between builds (evidence.build.spread), and the series key says builds=as-shipped")
     # The CPU load guard (benchmarks.host): a CPU cell's unit during which other processes
     # kept more than this many cores busy (CPU seconds per second) is measured again, at
@@ -216,9 +214,8 @@ class TimingPolicy:
     max_host_load: float = _knob(
         0.5, gt=0, le=4096, quiet_default=True,
         description="CPU cells: other processes' busy cores (CPU seconds per second) past "
-        "which a unit is"
-        " measured again, at most twice a cell, and a load that stays is recorded and named "
-        "in the verdict (default 0.5)")
+        "which a unit is measured again, at most twice a cell, and a load that stays is "
+        "recorded and named in the verdict (default 0.5)")
 
     def refused(self) -> str | None:
         """"timing.FIELD: why" for the first field a stored spec may not hold, or None."""
