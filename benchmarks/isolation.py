@@ -30,7 +30,7 @@ from typing import Any
 
 from benchmarks import prepared, stats
 from benchmarks.adaptive import AdaptiveMeasurement, timing_seconds
-from benchmarks.children import failed_result, run_one
+from benchmarks.children import failed_result
 from benchmarks.merging import merge_processes
 from benchmarks.result import BenchResult, ResultError
 from benchmarks.result_schema import AdaptiveEvidence
@@ -59,9 +59,7 @@ def run_isolated(
     process group is killed.
     """
     k = spec.timing.processes
-    if (not isinstance(k, int) or k <= 1) and spec.sides != "split":
-        return run_one(spec, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
-    if not isinstance(k, int) or k <= 1:  # one unit: a child per side, joined
+    if not isinstance(k, int) or k <= 1:  # one unit: a child, or a child per side joined
         unit = run_unit(spec, 0, timeout_s=timeout_s, python=python, env=env, cwd=cwd)
         unit.spec = spec.to_dict()
         return unit
