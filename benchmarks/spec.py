@@ -216,6 +216,13 @@ class TimingPolicy:
         description="CPU cells: other processes' busy cores (CPU seconds per second) past "
         "which a unit is measured again, at most twice a cell, and a load that stays is "
         "recorded and named in the verdict (default 0.5)")
+    # A rest before each unit of a cell (benchmarks.split_sides.run_unit): for hosts that
+    # throttle under back-to-back processes.
+    rest_seconds: float = _knob(
+        0.0, ge=0, le=600, quiet_default=True,
+        description="seconds the host rests before each process of a cell is started (or "
+        "each pair, one per side), so a passively cooled GPU or a laptop's CPU sheds the "
+        "last process's heat; 0 (default): the next starts at once")
 
     def refused(self) -> str | None:
         """"timing.FIELD: why" for the first field a stored spec may not hold, or None."""

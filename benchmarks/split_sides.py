@@ -38,6 +38,7 @@ def run_unit(
     (`join_sides`). A child that does not end ok ends the unit with its reason, naming its
     side. Either way `fingerprint.host_load` says how busy other processes kept the host
     while the unit was timed (benchmarks.host)."""
+    time.sleep(spec.timing.rest_seconds)  # the host rests before each unit (0: none)
     one = process_spec(spec, index)
     if spec.sides != "split":
         return run_one(one, timeout_s=timeout_s, python=python, env=env, cwd=cwd)

@@ -6,6 +6,7 @@ test-only `_fault` hook (SPEEDWATCH_ALLOW_FAULTS=1); `_fault_process` aims it at
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -133,3 +134,19 @@ def test_an_isolated_run_with_too_many_processes_fails_before_starting_any(
     result = run_isolated(spec, timeout_s=60, python="/nonexistent/python")
     assert result.status == "failed"
     assert result.reason is not None and result.reason.startswith("invalid spec: timing.processes")
+
+
+def test_a_rest_before_each_process_is_waited_out_and_kept_in_the_spec(
+    tiny_spec: SpecFactory,
+) -> None:
+    """timing.rest_seconds: the host rests before each process of a cell (a new timing
+    option added as docs/ARCHITECTURE.md's worked example). A lower bound only: a loaded
+    host may take longer, never shorter."""
+    spec = with_processes(tiny_spec(options={"threads": 1, "_fault": "raise"}), 2)
+    rested = replace(spec, timing=replace(spec.timing, rest_seconds=3.0))
+    started = time.monotonic()
+    result = run_isolated(rested, timeout_s=300, env={FAULT_ENV: "1"})
+    assert time.monotonic() - started >= 3.0
+    assert result.status == "failed"  # the first process's fault ends the cell
+    assert result.spec["timing"]["rest_seconds"] == 3.0
+    assert "rest_seconds" not in spec.to_dict()["timing"]  # a spec without a rest as before
