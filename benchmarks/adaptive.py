@@ -29,13 +29,10 @@ from benchmarks.result_schema import (
     ComparisonEvidence,
     Resolvable,
 )
-from benchmarks.spec import (
-    BenchSpec,
-    SpecError,
-    TimingPolicy,
-)
+from benchmarks.spec import BenchSpec, SpecError
 from benchmarks.split_sides import run_unit
 from benchmarks.stored_parts import written
+from benchmarks.timing_policy import TimingPolicy
 from benchmarks.vocabulary import AdaptiveMode, StoppedBy
 
 ReferenceFor = Callable[[BenchResult], "stats.Reference | None"]

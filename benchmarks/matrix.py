@@ -19,7 +19,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.spec import timing_flag, user_timing_fields
+from benchmarks.timing_policy import timing_flag, user_timing_fields
 
 if TYPE_CHECKING:
     from benchmarks.result import BenchResult

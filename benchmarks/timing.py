@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import torch
 
 from benchmarks.clocks import THREAD_CLOCK, WALL_CLOCK
-from benchmarks.spec import TimingPolicy
+from benchmarks.timing_policy import TimingPolicy
 
 Fn = Callable[[], Any]
 

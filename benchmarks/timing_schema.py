@@ -1,5 +1,5 @@
 """A timing policy as a pydantic model, made from its one declaration
-(benchmarks.spec.TimingPolicy): the result document's `spec.timing`, the API's request
+(benchmarks.timing_policy.TimingPolicy): the result document's `spec.timing`, the API's request
 (app.schemas.TimingIn) and the project file's [timing] table (cli.project_file) are each
 `timing_model` of the same fields, so none of them lists a field of its own."""
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, StrictBool, create_model
 
 from benchmarks.document_values import Closed, Int, Number
-from benchmarks.spec import Knob, timing_fields
+from benchmarks.timing_policy import Knob, timing_fields
 
 
 def _value_type(kind: type, knob: Knob, *, strict_names: bool) -> Any:
@@ -41,12 +41,12 @@ def timing_model(name: str, base: type[Any], field_for: Callable[[type, Any, Kno
 
 if TYPE_CHECKING:
     class TimingPolicyDocument(Closed):
-        """benchmarks.spec.TimingPolicy, field for field (made from its declaration)."""
+        """benchmarks.timing_policy.TimingPolicy, field for field (made from its declaration)."""
 else:
     TimingPolicyDocument = timing_model(
         "TimingPolicyDocument", Closed,
         lambda kind, default, knob: (_value_type(kind, knob, strict_names=True), default),
         module=__name__,
-        doc="benchmarks.spec.TimingPolicy, field for field (made from its declaration); "
+        doc="benchmarks.timing_policy.TimingPolicy, field for field (made from its declaration); "
             "whether the values are usable is BenchSpec.validate's question (and the "
             "runner's: a document of a refused policy records the refusal).")

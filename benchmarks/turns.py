@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO
 
-from benchmarks.spec import TimingPolicy
+from benchmarks.timing_policy import TimingPolicy
 
 TURN_ENV = "SPEEDWATCH_TURN_FDS"
 WORDS = ("warm", "round", "stop")

@@ -178,7 +178,8 @@ def register(cli: typer.Typer) -> None:
         """Measure eager vs optimized backends, paired and interleaved; print a summary."""
         from dataclasses import replace
 
-        from benchmarks.spec import BenchSpec, default_sides, default_timing
+        from benchmarks.spec import BenchSpec
+        from benchmarks.timing_policy import default_sides, default_timing
 
         try:
             # a comma list of build modes is measured side by side (build_matrix)

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import tomllib
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from benchmarks.spec import timing_fields, user_timing_fields
+from benchmarks.timing_policy import timing_fields, user_timing_fields
 from benchmarks.timing_schema import optional_timing_field, timing_model
 
 FILE_NAME = "speedwatch.toml"
@@ -103,13 +103,13 @@ class MatrixTable(_Table):
 
 # The timing fields a project file may set: every field a user may set (each also a flag
 # and a field of the API's request); their types, bounds and vocabularies are the fields'
-# own (benchmarks.spec.TimingPolicy).
+# own (benchmarks.timing_policy.TimingPolicy).
 FILE_TIMING_FIELDS = user_timing_fields()
 
 
 if TYPE_CHECKING:
     class TimingTable(_Table):
-        """[timing]: FILE_TIMING_FIELDS of benchmarks.spec.TimingPolicy, each optional."""
+        """[timing]: FILE_TIMING_FIELDS of benchmarks.timing_policy.TimingPolicy, each optional."""
 else:
     TimingTable = timing_model(
         "TimingTable", _Table,

@@ -19,7 +19,7 @@ from typing import Any
 
 import typer
 
-from benchmarks.spec import user_timing_fields
+from benchmarks.timing_policy import user_timing_fields
 from cli import project_file
 from cli.client import (
     EXIT_ERROR,

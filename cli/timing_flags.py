@@ -1,5 +1,5 @@
 """The timing flags of `bench`, `submit` and `demo`, made from the timing fields' one
-declaration (benchmarks.spec.TimingPolicy): every field the API describes is a flag of each
+declaration (benchmarks.timing_policy.TimingPolicy): every field the API describes is a flag of each
 command, named by the field (or its `flag`), with the field's API description as its help
 and the field's bounds as its check. A command declares none of them: `with_timing_flags`
 adds them to its signature and hands the command one `TimingFlags`, so a new timing field
@@ -14,7 +14,7 @@ from typing import Any, Optional, TypeVar
 
 import typer
 
-from benchmarks.spec import (
+from benchmarks.timing_policy import (
     default_timing,
     timing_fields,
     timing_flag,

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from benchmarks.isolation import run_isolated
-from benchmarks.spec import BenchSpec, default_timing
+from benchmarks.spec import BenchSpec
+from benchmarks.timing_policy import default_timing
 
 CANDIDATES = (("onnxruntime", "tensor"), ("onnxruntime", "constant"), ("eager", "constant"))
 

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from benchmarks.isolation import run_isolated
 from benchmarks.result import BenchResult
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
+from benchmarks.timing_policy import TimingPolicy
 
 
 def make_spec(model: str, batch: int, weights: str, graphs: bool, seconds: float,

@@ -22,8 +22,9 @@ import torch
 from benchmarks import stats
 from benchmarks.backends import get_backend
 from benchmarks.models import build_model, example_input, model_dtype
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
 from benchmarks.timing import capture_cuda_graph, time_paired
+from benchmarks.timing_policy import TimingPolicy
 
 
 def bare_loop_ms(fn: object, iters: int) -> float:

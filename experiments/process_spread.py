@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from benchmarks.isolation import run_isolated
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
+from benchmarks.timing_policy import TimingPolicy
 
 
 def main() -> int:

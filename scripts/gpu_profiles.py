@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 from benchmarks.isolation import run_isolated  # noqa: E402
 from benchmarks.profile_diff import diff  # noqa: E402
 from benchmarks.result import BenchResult  # noqa: E402
-from benchmarks.spec import BenchSpec, default_timing  # noqa: E402
+from benchmarks.spec import BenchSpec  # noqa: E402
+from benchmarks.timing_policy import default_timing  # noqa: E402
 
 
 def spec(model: str, weights: str, batch: int, device: str, *, profile: bool = True,

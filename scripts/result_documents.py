@@ -24,8 +24,9 @@ from typing import Any
 from benchmarks import adaptive, split_sides
 from benchmarks.result import BenchResult
 from benchmarks.runner import run_spec
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
 from benchmarks.stats import Reference
+from benchmarks.timing_policy import TimingPolicy
 
 
 def _in_process(spec: BenchSpec, **_kwargs: Any) -> BenchResult:

@@ -22,7 +22,7 @@ from app.schemas import (
     SpeedupPublic,
 )
 from app.services.series import Point
-from benchmarks.spec import timing_fields
+from benchmarks.timing_policy import timing_fields
 
 
 def progress(counts: Counter[str]) -> ProgressPublic:

@@ -43,13 +43,13 @@ class EnvironmentIn(StrictModel):
 
 if TYPE_CHECKING:
     class TimingIn(StrictModel):
-        """Overrides of the default timing (made from benchmarks.spec.TimingPolicy)."""
+        """Overrides of the default timing (made from benchmarks.timing_policy.TimingPolicy)."""
 else:
     TimingIn = timing_model(
         "TimingIn", StrictModel, lambda kind, _default, knob: optional_timing_field(kind, knob),
         module=__name__,
-        doc="Overrides of the default timing (benchmarks.spec.default_timing: adaptive over"
-            "\nprocesses; CUDA graphs on a GPU); omitted fields keep the defaults.")
+        doc="Overrides of the default timing (benchmarks.timing_policy.default_timing: "
+            "adaptive\nover processes; CUDA graphs on a GPU); omitted fields keep the defaults.")
 
 
 class MatrixIn(StrictModel):

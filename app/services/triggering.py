@@ -28,7 +28,8 @@ from app.services.common import (
 )
 from app.services.runs import _now, short_error
 from app.services.workers import check_interpreter
-from benchmarks.spec import OPT_LEVELS, BenchSpec, SpecError, default_sides, default_timing
+from benchmarks.spec import OPT_LEVELS, BenchSpec, SpecError
+from benchmarks.timing_policy import default_sides, default_timing
 
 log = logging.getLogger(__name__)
 

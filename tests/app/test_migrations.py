@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from app.db import downgrade, normalize_database_url, upgrade
 from app.models import ApiToken, Base
 from app.services.tokens import authenticate, create_token
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
+from benchmarks.timing_policy import TimingPolicy
 from cli.main import cli
 
 TABLES = {"projects", "environments", "runs", "cells", "series", "results", "api_tokens",

@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from app.services import runs as run_service
 from benchmarks.result import BenchResult
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
+from benchmarks.timing_policy import TimingPolicy
 from devkit.factories import bearer, bench_result, ingest_body, run_request, tiny_spec
 
 KEY = "resnet18-w8-i32/onnxruntime/constant/fp32/bs1/static/cpu/tauto/nographs"

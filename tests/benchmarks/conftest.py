@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from benchmarks import build
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
+from benchmarks.timing_policy import TimingPolicy
 
 # One intra-op thread: on a loaded machine a 2-thread pool stalls on its barriers and turns
 # latency into noise; tests check the harness, not the machine.

@@ -17,8 +17,9 @@ import pytest
 from benchmarks.adaptive import AdaptiveMeasurement, run_adaptive
 from benchmarks.isolation import run_adaptive_interleaved, run_interleaved
 from benchmarks.result import BenchResult, Speedup
-from benchmarks.spec import BenchSpec, SpecError, default_timing
+from benchmarks.spec import BenchSpec, SpecError
 from benchmarks.stats import PROCESSES_METHOD, Reference, StatsError, decide, ratio_interval
+from benchmarks.timing_policy import default_timing
 
 SpecFactory = Callable[..., BenchSpec]
 

@@ -36,7 +36,8 @@ from benchmarks.backends.torch_tensorrt import (
     weights_problem,
 )
 from benchmarks.build import fingerprint
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
+from benchmarks.timing_policy import TimingPolicy
 from tests.benchmarks import trt_standin as si
 
 HAS_TORCH_TRT = importlib.util.find_spec("torch_tensorrt") is not None

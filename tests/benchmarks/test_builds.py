@@ -17,7 +17,8 @@ from benchmarks.isolation import run_isolated
 from benchmarks.merging import merge_processes
 from benchmarks.result import BenchResult, Speedup
 from benchmarks.runner import run_spec
-from benchmarks.spec import BenchSpec, SpecError, TimingPolicy, default_timing
+from benchmarks.spec import BenchSpec, SpecError
+from benchmarks.timing_policy import TimingPolicy, default_timing
 
 SpecFactory = Callable[..., BenchSpec]
 

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.spec import BenchSpec, SpecError, TimingPolicy, default_timing
+from benchmarks.spec import BenchSpec, SpecError
+from benchmarks.timing_policy import TimingPolicy, default_timing
 
 
 def test_the_default_compiles_afresh_in_every_process_on_both_devices() -> None:

@@ -22,9 +22,10 @@ from benchmarks import host
 from benchmarks.adaptive import AdaptiveMeasurement
 from benchmarks.children import LOAD_REMEASURES
 from benchmarks.clocks import THREAD_CLOCK, WALL_CLOCK
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
 from benchmarks.stats import Reference
 from benchmarks.timing import time_paired
+from benchmarks.timing_policy import TimingPolicy
 
 SpecFactory = Callable[..., BenchSpec]
 BUSY = "while True: pass"

@@ -22,7 +22,8 @@ from benchmarks import model_ref
 from benchmarks.merging import merge_processes
 from benchmarks.result import BenchResult, ResultError
 from benchmarks.runner import run_spec
-from benchmarks.spec import BenchSpec, SpecError, TimingPolicy, parse_series_key
+from benchmarks.spec import BenchSpec, SpecError, parse_series_key
+from benchmarks.timing_policy import TimingPolicy
 from tests.own_model_files import export_archive, write_package
 
 FAST = TimingPolicy(warmup_iters=1, rounds=3, min_rounds=2, iters_per_round=2,

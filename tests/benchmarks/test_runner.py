@@ -44,7 +44,7 @@ def test_eager_vs_eager_is_an_aa_control(tiny_spec: SpecFactory) -> None:
 
 
 def test_raw_samples_are_kept_per_round_for_both_sides(tiny_spec: SpecFactory) -> None:
-    from benchmarks.spec import TimingPolicy
+    from benchmarks.timing_policy import TimingPolicy
 
     policy = TimingPolicy(warmup_iters=1, rounds=4, iters_per_round=3, max_seconds=60,
                           min_rounds=2, bootstrap_resamples=200)

@@ -17,9 +17,10 @@ from benchmarks.clocks import SIDE_WALL_ROUNDS, THREAD_CLOCK, WALL_CLOCK
 from benchmarks.isolation import run_isolated
 from benchmarks.result import BenchResult, ResultError
 from benchmarks.runner import run_spec
-from benchmarks.spec import BenchSpec, SpecError, default_sides
+from benchmarks.spec import BenchSpec, SpecError
 from benchmarks.split_sides import join_sides
 from benchmarks.stats import speedup_ci, summary
+from benchmarks.timing_policy import default_sides
 
 SpecFactory = Callable[..., BenchSpec]
 

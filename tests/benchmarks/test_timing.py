@@ -7,8 +7,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from benchmarks.spec import TimingPolicy
 from benchmarks.timing import time_paired
+from benchmarks.timing_policy import TimingPolicy
 
 
 def recorder(calls: list[str], name: str, seconds: float = 0.0) -> Callable[[], None]:

@@ -1,5 +1,5 @@
-"""Each timing field is declared once (benchmarks.spec.TimingPolicy, with its bounds and its
-API description); the API's request schema, the result document's schema and
+"""Each timing field is declared once (benchmarks.timing_policy.TimingPolicy, with its bounds
+and its API description); the API's request schema, the result document's schema and
 BenchSpec.validate are made from that declaration, so they cannot drift apart."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.schemas import TimingIn
-from benchmarks.spec import BenchSpec, SpecError, TimingPolicy, timing_fields
+from benchmarks.spec import BenchSpec, SpecError
+from benchmarks.timing_policy import TimingPolicy, timing_fields
 from benchmarks.timing_schema import TimingPolicyDocument
 
 

@@ -34,7 +34,8 @@ from benchmarks.backends.tensorrt import (
 )
 from benchmarks.build import fingerprint
 from benchmarks.models import CUSTOM_OP_NAME, build_model, example_input
-from benchmarks.spec import BenchSpec, TimingPolicy
+from benchmarks.spec import BenchSpec
+from benchmarks.timing_policy import TimingPolicy
 from tests.benchmarks import trt_standin as si
 
 HAS_TENSORRT = tensorrt_importable()  # tensorrt-stubs alone is an empty namespace package

@@ -202,7 +202,7 @@ def test_a_zero_count_is_refused_by_the_flag_before_any_request() -> None:
                                       "--project", "p", "--revision", "r"], ["bench"]])
 def test_every_timing_flag_is_held_to_its_fields_bounds_in_one_line(
         command: list[str], flag: str, value: str, says: str) -> None:
-    """The bounds are the API's (benchmarks.spec.TimingPolicy declares them once)."""
+    """The bounds are the API's (benchmarks.timing_policy.TimingPolicy declares them once)."""
     done = speedwatch(*command, flag, value)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.strip().splitlines()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.spec import TimingPolicy
+from benchmarks.timing_policy import TimingPolicy
 from devkit.factories import bearer, bench_result, ingest_body, tiny_spec
 
 ROOT = Path(__file__).resolve().parents[2]

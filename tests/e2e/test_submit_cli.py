@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 from typer.main import get_command
 
-from benchmarks.spec import (
+from benchmarks.timing_policy import (
     default_timing,
     timing_fields,
     timing_flag,
