@@ -6,15 +6,19 @@ and the builds and software the processes ran."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from benchmarks import build, identity, stats
 from benchmarks.result import Accuracy, BenchResult, ResultError
+from benchmarks.result_schema import BuildEvidence, PreparedAhead, ProcessEvidence, SidesEvidence
 from benchmarks.spec import (
     BenchSpec,
     SpecError,
     model_digest_of,
 )
+from benchmarks.stored_parts import written
 
 
 def _worst_accuracy(results: list[BenchResult]) -> Accuracy | None:
@@ -74,42 +78,48 @@ def merge_processes(
     return merged
 
 
-# evidence of each process that its record in `evidence.processes` keeps as it is
-_KEPT_PER_PROCESS = ("sides", "build", "phases")
+_Part = TypeVar("_Part", bound=BaseModel)
 
 
 def _process_record(r: BenchResult) -> dict[str, Any]:
-    """One process's line in the merged result's `evidence.processes`."""
+    """One process's line in the merged result's `evidence.processes`, made as the schema's
+    part (result_schema.ProcessEvidence): the process's own sides, build and phases records
+    as it wrote them."""
     evidence = r.evidence if isinstance(r.evidence, dict) else {}
     timing = evidence.get("timing", {})
-    record: dict[str, Any] = {
-        "speedup": r.speedup.value if r.speedup else None,
-        "ci_low": r.speedup.ci_low if r.speedup else None,
-        "ci_high": r.speedup.ci_high if r.speedup else None,
-        "rounds": len(r.baseline_samples_ms),
-        "timing_seconds": timing.get("timing_seconds"),
-        "compile_seconds": r.compile_seconds,
-        "baseline_median_ms": r.baseline.median_ms if r.baseline else None,
-        "candidate_median_ms": r.candidate.median_ms if r.candidate else None,
-        "started_at": r.started_at,
-        "finished_at": r.finished_at,
-    }
-    if isinstance(r.fingerprint.get("host_load"), dict):
-        record["host_other_cores"] = r.fingerprint["host_load"].get("other_cores")
-    if evidence.get("build_fingerprint"):
-        record["build_fingerprint"] = evidence["build_fingerprint"]
-    for key in _KEPT_PER_PROCESS:
-        if (key == "sides" and key in evidence) or isinstance(evidence.get(key), dict):
-            record[key] = evidence[key]
-    # when it timed, on the host's monotonic clock: children prepared ahead time one at a
-    # time, and this shows it
-    if isinstance(timing.get("window"), list):
-        record["timing_window"] = list(timing["window"])
-    if isinstance(evidence.get("prepared_ahead"), dict):
-        record["prepared_ahead"] = evidence["prepared_ahead"]
-    if evidence.get("process_start") in ("forked", "fresh"):
-        record["process_start"] = evidence["process_start"]
-    return record
+    load = r.fingerprint.get("host_load")
+
+    def part(key: str, model: type[_Part]) -> _Part | None:
+        value = evidence.get(key)
+        return model.model_validate(value) if isinstance(value, dict) else None
+
+    record = ProcessEvidence(
+        speedup=r.speedup.value if r.speedup else None,
+        ci_low=r.speedup.ci_low if r.speedup else None,
+        ci_high=r.speedup.ci_high if r.speedup else None,
+        rounds=len(r.baseline_samples_ms),
+        timing_seconds=timing.get("timing_seconds"),
+        compile_seconds=r.compile_seconds,
+        baseline_median_ms=r.baseline.median_ms if r.baseline else None,
+        candidate_median_ms=r.candidate.median_ms if r.candidate else None,
+        started_at=r.started_at,
+        finished_at=r.finished_at,
+        host_other_cores=load.get("other_cores") if isinstance(load, dict) else None,
+        build_fingerprint=evidence.get("build_fingerprint") or None,
+        sides=part("sides", SidesEvidence),
+        build=part("build", BuildEvidence),
+        phases=evidence["phases"] if isinstance(evidence.get("phases"), dict) else None,
+        # when it timed, on the host's monotonic clock: children prepared ahead time one at
+        # a time, and this shows it
+        timing_window=list(timing["window"]) if isinstance(timing.get("window"), list)
+        else None,
+        prepared_ahead=part("prepared_ahead", PreparedAhead),
+        process_start=evidence.get("process_start")
+        if evidence.get("process_start") in ("forked", "fresh") else None,
+    )
+    return written(record, unless_none=(
+        "host_other_cores", "build_fingerprint", "sides", "build", "phases", "timing_window",
+        "prepared_ahead", "process_start"))
 
 
 def _merged_fingerprint(results: list[BenchResult], build_fingerprint: Any,

@@ -264,6 +264,8 @@ class ProcessEvidence(Open):
     candidate_median_ms: Positive | None = None
     started_at: Timestamp | None = None
     finished_at: Timestamp | None = None
+    host_other_cores: NonNegative | None = None  # fingerprint.host_load.other_cores
+    build_fingerprint: ShortDigest | None = None
     sides: SidesEvidence | None = None
     build: BuildEvidence | None = None
     phases: PhaseSeconds | None = None
