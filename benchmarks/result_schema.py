@@ -265,7 +265,7 @@ class ProcessEvidence(Open):
     started_at: Timestamp | None = None
     finished_at: Timestamp | None = None
     host_other_cores: NonNegative | None = None  # fingerprint.host_load.other_cores
-    build_fingerprint: ShortDigest | None = None
+    build_fingerprint: Name | None = None
     sides: SidesEvidence | None = None
     build: BuildEvidence | None = None
     phases: PhaseSeconds | None = None
