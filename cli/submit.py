@@ -19,7 +19,7 @@ from typing import Any
 
 import typer
 
-from benchmarks.timing_policy import user_timing_fields
+from benchmarks.timing_policy import timing_flag, user_timing_fields
 from cli import project_file
 from cli.client import (
     EXIT_ERROR,
@@ -34,7 +34,7 @@ from cli.extras import needs
 from cli.help_format import Command
 from cli.matrix_flags import MatrixFlags, MatrixOptions, with_matrix_flags
 from cli.request_fields import WHERE_FLAGS, environment_of, split_values
-from cli.timing_flags import TimingFlags, flag_of, timing_flag_problem, with_timing_flags
+from cli.timing_flags import TimingFlags, timing_flag_problem, with_timing_flags
 
 
 def register(cli: typer.Typer) -> None:
@@ -66,7 +66,7 @@ SUBMIT_FLAGS = {
     "matrix.shape_modes": "--shape-mode", "matrix.device": "--device",
     "matrix.image_size": "--image-size", "matrix.width": "--width",
     "matrix.threads": "--threads", "matrix.sides": "--sides",
-    **{f"matrix.timing.{name}": flag_of(name) for name in user_timing_fields()},
+    **{f"matrix.timing.{name}": timing_flag(name) for name in user_timing_fields()},
     "matrix": "the matrix (--model x --backend x --weights x --precision x --batch)",
 }
 

@@ -26,11 +26,6 @@ from cli.flag_groups import flag_group
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def flag_of(field: str) -> str:
-    """The command-line flag of the timing field `field`."""
-    return timing_flag(field)
-
-
 def flag_help(name: str) -> str:
     """The API's description of the timing field `name`, as a flag's help: a sentence."""
     text = timing_knob(name).description or ""
@@ -42,6 +37,9 @@ def _defaults(field: str) -> str:
     return f"Default {cpu:g} on the CPU, {gpu:g} on a GPU."
 
 
+# each timing field's Python type, by name
+_KINDS = {name: kind for name, kind, _default, _knob in timing_fields()}
+
 # "Default X on the CPU, Y on a GPU." of the fields whose defaults differ by device and
 # whose description does not say them
 DEVICE_DEFAULTS = {f: _defaults(f) for f in ("max_processes", "budget_seconds")}
@@ -52,9 +50,8 @@ def timing_option(field: str, *, more: str = "", panel: str | None = "Timing") -
     default (the spec's or the server's), its help from the declaration plus `more`. Its
     bounds are checked by `timing_flag_problem` (one line naming the flag), not by typer."""
     parts = (flag_help(field), DEVICE_DEFAULTS.get(field, ""), more)
-    flag = flag_of(field)
-    kind = dict((name, kind) for name, kind, _d, _k in timing_fields())[field]
-    names = f"{flag}/--no-{flag[2:]}" if kind is bool else flag
+    flag = timing_flag(field)
+    names = f"{flag}/--no-{flag[2:]}" if _KINDS[field] is bool else flag
     return typer.Option(None, names, help=" ".join(p for p in parts if p),
                         rich_help_panel=panel)
 
@@ -72,8 +69,7 @@ def with_timing_flags(*, panel: str | None = "Timing", more: Mapping[str, str] |
     """A command with one option per user timing field (`user_timing_fields`, less
     `leave_out`), added after its own parameters; the command takes them as one keyword
     argument, `timing` (a TimingFlags). `more`: help added to a field's own."""
-    kinds = {name: kind for name, kind, _d, _k in timing_fields()}
-    options = {name: (Optional[kinds[name]],  # noqa: UP045 (a runtime type, for typer)
+    options = {name: (Optional[_KINDS[name]],  # noqa: UP045 (a runtime type, for typer)
                       timing_option(name, more=(more or {}).get(name, ""), panel=panel))
                for name in user_timing_fields() if name not in leave_out}
     return flag_group("timing", options, TimingFlags)
@@ -87,7 +83,7 @@ def timing_flag_problem(**values: Any) -> str | None:
             continue
         why = timing_knob(name).refuses(value, stored=False)
         if why is not None:
-            return f"{flag_of(name)}: {value!r} {why}"
+            return f"{timing_flag(name)}: {value!r} {why}"
     return None
 
 
