@@ -111,6 +111,26 @@ def test_refit_is_not_a_weight_representation_of_inductor() -> None:
         inductor_spec(weights="refit")
 
 
+def test_tensors_print_short_during_a_compile_and_as_before_after_it() -> None:
+    """Dynamo formats the parameters it guards; a frozen ResNet50's full reprs read tens of
+    thousands of values off a GPU while it compiled."""
+    from benchmarks.backends.inductor import short_tensor_reprs
+
+    weight = torch.arange(4096.0).reshape(8, 8, 8, 8)
+    torch.set_printoptions(precision=2)
+    try:
+        before = repr(weight)
+        with short_tensor_reprs():
+            during = repr(weight)
+        with pytest.raises(RuntimeError), short_tensor_reprs():
+            raise RuntimeError("a failed compile")
+        assert repr(weight) == before
+    finally:
+        torch.set_printoptions(profile="default")
+    assert len(during) < len(before) / 10
+    assert "4095." in during  # still the tensor's own last value, summarised
+
+
 # ---- compiling (slow here) ---------------------------------------------------------------
 
 
