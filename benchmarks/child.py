@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.bytecode import keep_bytecode
+
 FAULT_ENV = "SPEEDWATCH_ALLOW_FAULTS"
 FAULTS = ("segfault", "hang", "oom", "raise")
 SLOW_CANDIDATE_ENV = "SPEEDWATCH_FAULT_SLOW_CANDIDATE"
@@ -131,6 +133,7 @@ def main(argv: list[str]) -> int:
     # A native crash (segfault in a backend) then leaves a Python traceback in the stderr
     # tail the parent reports; the process still dies by the signal.
     faulthandler.enable()
+    keep_bytecode()  # before the imports it speeds up (benchmarks.bytecode)
     from benchmarks.spec import BenchSpec
 
     spec = BenchSpec.from_dict(json.loads(spec_path.read_text(encoding="utf-8")))

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from benchmarks.bytecode import keep_bytecode
 from benchmarks.child import kill_with_parent
 from benchmarks.process_state import FORKED_ENV
 
@@ -179,6 +180,7 @@ def _preload() -> None:
 
 def serve() -> int:
     kill_with_parent()
+    keep_bytecode()  # before the imports it speeds up (benchmarks.bytecode)
     import benchmarks.runner  # noqa: F401  (the imports every child needs: the point)
 
     if preload_setting():
