@@ -11,6 +11,7 @@ imports workers/: it wires the worker package's executors into the services' por
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -18,6 +19,7 @@ from functools import partial
 from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
+from app import ports
 from app.api import access_log
 from app.api.admission import AdmissionMiddleware, Limits
 from app.api.middleware import (
@@ -49,6 +51,8 @@ from app.errors import install_exception_handlers
 from app.services.tokens import admission_group
 from workers import dispatch
 
+log = logging.getLogger(__name__)
+
 DESCRIPTION = """\
 Continuous performance-regression service for GPU inference: PyTorch eager against
 optimized backends (torch.compile, ONNX Runtime, TensorRT, Torch-TensorRT).
@@ -79,6 +83,15 @@ def create_served_app() -> FastAPI:
     return create_app(freeze_at_start=True)
 
 
+def _warm_up_executor(settings: Settings) -> None:
+    """Let the executor get ready before the first cell (the embedded one starts its GPU
+    fork server); a process with no executor wired, or one that cannot, serves as before."""
+    try:
+        ports.cell_queue().warm_up(settings)
+    except Exception as exc:
+        log.warning("executor not warmed up: %s", exc)
+
+
 def create_app(settings: Settings | None = None, *, freeze_at_start: bool = False) -> FastAPI:
     """`freeze_at_start`: once started, move every object alive into the collector's
     permanent generation (gc.freeze). The modules, schemas and app a server imports are
@@ -98,6 +111,7 @@ def create_app(settings: Settings | None = None, *, freeze_at_start: bool = Fals
         if freeze_at_start:
             gc.collect()
             gc.freeze()
+        _warm_up_executor(settings)
         yield
         engine.dispose()
 

@@ -36,6 +36,10 @@ class CellQueue(Protocol):
         """Send each `(cell_id, queue_name)` to the executor `settings.executor` names;
         raise if they could not all be sent (the caller keeps them queued)."""
 
+    def warm_up(self, settings: Settings) -> None:
+        """Get ready to measure before any cell arrives (an API process calls it once it
+        starts serving); never raises."""
+
 
 class DeliveryQueue(Protocol):
     """Where committed webhook deliveries go when the broker delivers them (executor

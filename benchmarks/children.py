@@ -228,13 +228,7 @@ def start_child(
     `workdir`), or the failure saying why it could not start."""
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    child_env = dict(os.environ)
-    if env:
-        child_env.update(env)
-    child_env["SPEEDWATCH_SUPERVISOR_PID"] = str(os.getpid())  # see child.die_with_supervisor
-    child_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (_PACKAGE_ROOT, child_env.get("PYTHONPATH", "")) if p
-    )
+    child_env = _child_env(env)
     child_env[host.PIN_ENV] = ",".join(str(c) for c in pin)
     child_env.update(extra_env or {})
     spec_path, out_path, log_path = (workdir / n for n in ("spec.json", "out.json",
@@ -259,6 +253,33 @@ def start_child(
         except OSError as exc:
             return failed_result(spec, f"cannot start {python}: {exc}", "", started)
     return Child(spec, proc, out_path, log_path)
+
+
+def _child_env(env: dict[str, str] | None) -> dict[str, str]:
+    """A child's environment before what is set per child: this process's, the cell's
+    `env`, the supervisor's pid (see child.die_with_supervisor) and the harness's path."""
+    child_env = dict(os.environ)
+    if env:
+        child_env.update(env)
+    child_env["SPEEDWATCH_SUPERVISOR_PID"] = str(os.getpid())
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_PACKAGE_ROOT, child_env.get("PYTHONPATH", "")) if p
+    )
+    return child_env
+
+
+def start_fork_server(device: str, *, python: str, env: dict[str, str] | None,
+                      cwd: str | None) -> bool:
+    """Start, without waiting, the warm server this thread's children on `device` of
+    `python` with `env` will be forked from (benchmarks.forkserver.start); whether one
+    was started (children on `device` start fresh, or it cannot start)."""
+    if not forkserver.setting(device):
+        return False
+    try:
+        forkserver.start(python, _child_env(env), cwd)
+    except OSError:
+        return False  # the first child starts it again, or starts fresh
+    return True
 
 
 def unit_key(spec: BenchSpec, python: str, env: dict[str, str] | None,

@@ -263,14 +263,21 @@ class ForkServer:
         self._pids: list[int] = []
         self._status: dict[int, int] = {}
         self._spawning = threading.Lock()  # one request in flight: pids answer in order
+        self._python = python
+        self._started = time.monotonic()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+
+    def wait_ready(self) -> None:
+        """Return once the server has imported what it imports; ServerGone (the server
+        closed) when it ended or did not get there within READY_TIMEOUT_S of its start."""
+        left = READY_TIMEOUT_S - (time.monotonic() - self._started)
         with self._cond:
-            self._cond.wait_for(lambda: self._ready or self._closed,
-                                timeout=READY_TIMEOUT_S)
-        if not self._ready:
+            self._cond.wait_for(lambda: self._ready or self._closed, timeout=max(left, 0.0))
+            ready = self._ready and not self._closed
+        if not ready:
             self.close()
-            raise ServerGone(f"the fork server of {python} did not start")
+            raise ServerGone(f"the fork server of {self._python} did not start")
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -354,6 +361,30 @@ def spawn(python: str, child_env: dict[str, str], cwd: str | None, argv: list[st
     """Fork `python -m benchmarks.child ARGV` from a warm server of `python` and the
     child's environment (started on first use, kept for the next child); ServerGone when
     that cannot be done."""
+    key, server = _server_for(python, child_env, cwd)
+    try:
+        server.wait_ready()
+    except ServerGone:
+        with _LOCK:
+            if _SERVERS.get(key) is server:
+                del _SERVERS[key]
+        raise
+    return server.spawn(argv, child_env, cwd, log)
+
+
+def start(python: str, child_env: dict[str, str], cwd: str | None) -> None:
+    """Start, without waiting for it, the server that children of `python` with
+    `child_env` (less what is set per child) in `cwd` will be forked from, when this
+    thread spawns them. A worker calls it before its first cells arrive, so that the
+    first child of its first run does not wait for the server's imports (13-18 s on an
+    H200: results/nvidia-h200-2026-11-29-frozen-loads/)."""
+    _server_for(python, child_env, cwd)
+
+
+def _server_for(python: str, child_env: dict[str, str],
+                cwd: str | None) -> tuple[tuple[Any, ...], ForkServer]:
+    """This thread's server for the child's interpreter and environment, started (not
+    waited for) if there is none."""
     base = server_env(child_env)
     key = _key(python, base, cwd)
     with _LOCK:
@@ -366,7 +397,7 @@ def spawn(python: str, child_env: dict[str, str], cwd: str | None, argv: list[st
                 _SERVERS.pop(oldest).close()
             server = ForkServer(python, base, cwd)
             _SERVERS[key] = server
-    return server.spawn(argv, child_env, cwd, log)
+    return key, server
 
 
 def close_all() -> None:

@@ -5,6 +5,7 @@ Shared by the cell body (workers.execution) and the confirmation body (workers.c
 
 from __future__ import annotations
 
+import logging
 import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 MAX_REASON = 2000
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,24 @@ def model_env(settings: Settings) -> dict[str, str]:
     settings hold (benchmarks.own_models reads it), even when it differs from this
     process's variable (settings built in code, the local executor's)."""
     return {"SPEEDWATCH_MODEL_PATH": settings.model_path}
+
+
+def start_gpu_fork_server(settings: Settings) -> bool:
+    """On a host with a GPU, start (without waiting) the warm server the default
+    environment's GPU cells will be forked from in this thread, so the first process of
+    the first run does not wait for its imports; whether one was started. Never raises:
+    the first child starts a server, or starts fresh, as before."""
+    try:
+        from benchmarks.children import start_fork_server
+        from benchmarks.fingerprint import visible_gpus
+
+        if not visible_gpus():
+            return False
+        return start_fork_server("cuda", python=resolve_python([], None, settings),
+                                 env=model_env(settings), cwd=None)
+    except Exception as exc:
+        log.warning("no warm server started ahead of the first GPU cell: %s", exc)
+        return False
 
 
 def resolve_python(

@@ -179,6 +179,17 @@ class ExecutorCellQueue:
     def enqueue(self, cells: Sequence[tuple[int, str]], settings: Settings) -> None:
         enqueue_cells(cells, settings)
 
+    def warm_up(self, settings: Settings) -> None:
+        """The embedded executor's thread starts the warm server its GPU cells' processes
+        are forked from (workers.local); a Celery worker does so in its own process
+        (workers.tasks)."""
+        from benchmarks.fingerprint import visible_gpus
+
+        if settings.executor == "local" and visible_gpus():
+            from workers.local import get_local_executor
+
+            get_local_executor().start_fork_server(settings)
+
 
 class CeleryDeliveryQueue:
     """app.ports.DeliveryQueue: webhook deliveries to the broker (`send_deliveries`)."""

@@ -11,6 +11,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,9 +20,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class _StartForkServer:
+    """Queued work that is no cell: start the GPU fork server from the executor's thread."""
+
+    settings: Settings
+
+
 class LocalExecutor:
     def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[list[int], Settings | None]] = queue.Queue()
+        self._queue: queue.Queue[tuple[list[int], Settings | None] | _StartForkServer] = \
+            queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._busy = 0  # cells submitted and not yet finished
@@ -40,11 +49,22 @@ class LocalExecutor:
         with self._lock:
             self._busy += len(group)
             self._queue.put((group, settings))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, name="speedwatch-local-executor", daemon=True
-                )
-                self._thread.start()
+            self._ensure_thread()
+
+    def start_fork_server(self, settings: Settings) -> None:
+        """Have this executor's thread start, before any cell arrives, the warm server
+        its GPU cells' processes are forked from (a server serves the thread that
+        started it: workers.cell_env.start_gpu_fork_server). Queued ahead of any cell."""
+        with self._lock:
+            self._queue.put(_StartForkServer(settings))
+            self._ensure_thread()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._loop, name="speedwatch-local-executor", daemon=True
+            )
+            self._thread.start()
 
     @property
     def pending(self) -> int:
@@ -67,7 +87,15 @@ class LocalExecutor:
         from workers.execution import execute_cells
 
         while True:
-            group, settings = self._queue.get()
+            item = self._queue.get()
+            if isinstance(item, _StartForkServer):
+                from workers.cell_env import start_gpu_fork_server
+
+                started = start_gpu_fork_server(item.settings)
+                log.info("warm GPU fork server %s", "starting" if started else "not needed")
+                self._queue.task_done()
+                continue
+            group, settings = item
             try:
                 outcomes = execute_cells(group, settings)
                 log.info("cells %s: %s", group, outcomes)

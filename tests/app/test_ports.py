@@ -35,6 +35,9 @@ class Recorded:
     def enqueue(self, cells: Sequence[tuple[int, str]], settings: Settings) -> None:
         self.sent.append((list(cells), settings))
 
+    def warm_up(self, settings: Settings) -> None:
+        pass
+
 
 def test_the_app_factory_wires_the_worker_executors_into_the_ports(settings: Settings) -> None:
     ports.unwire()

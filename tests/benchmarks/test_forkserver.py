@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import forkserver, isolation
+from benchmarks import children, forkserver, isolation
 from tests.benchmarks.conftest import make_tiny_spec
 
 
@@ -200,3 +200,28 @@ def test_a_server_whose_imports_initialised_cuda_starts_again_without_them(
     (server,) = forkserver._SERVERS.values()
     environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
     assert f"{forkserver.PRELOAD_ENV}=0".encode() in environ
+
+
+def test_a_server_started_ahead_serves_the_first_child_without_a_start_of_its_own(
+        forked: None) -> None:
+    # a worker starts it before its first cell arrives: the wait for the server's imports
+    # is then spent before the run instead of in its first process
+    assert children.start_fork_server("cpu", python=sys.executable, env=None, cwd=None)
+    (ahead,) = forkserver._SERVERS.values()
+    ahead.wait_ready()
+
+    started = time.monotonic()
+    result = isolation.run_isolated(make_tiny_spec(), timeout_s=120)
+
+    assert result.status == "ok", result.reason
+    assert result.evidence["process_start"] == "forked"
+    assert list(forkserver._SERVERS.values()) == [ahead]  # the very server, no other
+    assert time.monotonic() - started < 60
+
+
+def test_no_server_is_started_ahead_for_children_that_start_fresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(forkserver.FORK_ENV, raising=False)
+
+    assert not children.start_fork_server("cpu", python=sys.executable, env=None, cwd=None)
+    assert not forkserver._SERVERS

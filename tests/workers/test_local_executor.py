@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,3 +57,34 @@ def test_a_triggered_run_is_measured_in_process_and_served(sqlite_settings: Sett
     assert body["progress"]["done"] == 2
     assert all(c["result"]["speedup"] > 0 for c in body["cells"])
     assert executor.pending == 0
+
+
+def test_on_a_gpu_host_the_served_app_has_its_executor_start_the_fork_server_first(
+        sqlite_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first process of the first GPU run then finds the server's imports done (they
+    took 13-18 s on an H200). No GPU here: NVML's inventory is a stand-in naming one."""
+    from benchmarks import fingerprint, forkserver
+
+    monkeypatch.setattr(fingerprint, "visible_gpus",
+                        lambda state=False: [{"index": 0, "name": "stand-in, no GPU here"}])
+    executor = get_local_executor()
+    try:
+        with TestClient(create_app(sqlite_settings)):
+            assert executor.wait_idle(30)
+            servers = dict(forkserver._SERVERS)
+            assert len(servers) == 1
+            ((key, server),) = servers.items()
+            assert executor._thread is not None
+            assert key[-1] == executor._thread.ident  # the thread that forks the children
+            assert key[0] == sys.executable
+            server.wait_ready()  # a working server, not just a process
+    finally:
+        forkserver.close_all()
+
+
+def test_without_a_gpu_no_fork_server_is_started(sqlite_settings: Settings) -> None:
+    from benchmarks import forkserver
+
+    with TestClient(create_app(sqlite_settings)):
+        assert get_local_executor().wait_idle(30)
+    assert not forkserver._SERVERS
