@@ -274,8 +274,12 @@ def demo(
     from app.db import session_scope, upgrade
     from app.main import create_app
     from app.services.tokens import create_token
+    from workers.dispatch import ExecutorCellQueue
 
     get_settings.cache_clear()
+    # on a GPU host the warm server's imports start now, beside the migration and the
+    # API's start, instead of in the run's first process (workers.local)
+    ExecutorCellQueue().warm_up(get_settings())
     typer.echo(f"demo: database {database_url}; migrating", err=True)
     upgrade(database_url)
     with session_scope() as session:
