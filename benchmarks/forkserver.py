@@ -270,11 +270,12 @@ class ForkServer:
 
     def wait_ready(self) -> None:
         """Return once the server has imported what it imports; ServerGone (the server
-        closed) when it ended or did not get there within READY_TIMEOUT_S of its start."""
+        closed) when it ended first or did not get there within READY_TIMEOUT_S of its
+        start."""
         left = READY_TIMEOUT_S - (time.monotonic() - self._started)
         with self._cond:
             self._cond.wait_for(lambda: self._ready or self._closed, timeout=max(left, 0.0))
-            ready = self._ready and not self._closed
+            ready = self._ready
         if not ready:
             self.close()
             raise ServerGone(f"the fork server of {self._python} did not start")

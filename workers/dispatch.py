@@ -180,9 +180,9 @@ class ExecutorCellQueue:
         enqueue_cells(cells, settings)
 
     def warm_up(self, settings: Settings) -> None:
-        """The embedded executor's thread starts the warm server its GPU cells' processes
-        are forked from (workers.local); a Celery worker does so in its own process
-        (workers.tasks)."""
+        """On a GPU host the embedded executor's thread starts the warm server its GPU
+        cells' processes are forked from (workers.local). A Celery worker's first GPU
+        cell still starts its own."""
         from benchmarks.fingerprint import visible_gpus
 
         if settings.executor == "local" and visible_gpus():

@@ -52,9 +52,10 @@ class LocalExecutor:
             self._ensure_thread()
 
     def start_fork_server(self, settings: Settings) -> None:
-        """Have this executor's thread start, before any cell arrives, the warm server
-        its GPU cells' processes are forked from (a server serves the thread that
-        started it: workers.cell_env.start_gpu_fork_server). Queued ahead of any cell."""
+        """Have this executor's thread start the warm server its GPU cells' processes are
+        forked from (a server serves the thread that started it:
+        workers.cell_env.start_gpu_fork_server), in turn with what is queued already: the
+        service calls it as it starts, before any cell."""
         with self._lock:
             self._queue.put(_StartForkServer(settings))
             self._ensure_thread()
