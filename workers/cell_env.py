@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,18 +46,30 @@ def model_env(settings: Settings) -> dict[str, str]:
 def start_gpu_fork_server(settings: Settings) -> bool:
     """On a host with a GPU, start (without waiting) the warm server the default
     environment's GPU cells will be forked from in this thread, so the first process of
-    the first run does not wait for its imports; whether one was started. Never raises:
-    the first child starts a server, or starts fresh, as before."""
+    the first run does not wait for its imports; whether one was started."""
+    return start_fork_server_ahead(settings, ["cuda"])
+
+
+def start_fork_server_ahead(settings: Settings, devices: Iterable[str]) -> bool:
+    """Start (without waiting) the warm server this thread's cells on `devices` will fork
+    their processes from, where any of them forks (benchmarks.forkserver.setting: GPU
+    cells by default, on a host with a GPU); whether one was started. One server serves
+    them all (the default environment's). Never raises: the first child starts a server,
+    or starts fresh, as before."""
     try:
         from benchmarks.children import start_fork_server
         from benchmarks.fingerprint import visible_gpus
 
-        if not visible_gpus():
-            return False
-        return start_fork_server("cuda", python=resolve_python([], None, settings),
-                                 env=model_env(settings), cwd=None)
+        kinds = sorted({"cpu" if device == "cpu" else "cuda" for device in devices})
+        for kind in kinds:
+            if kind == "cuda" and not visible_gpus():
+                continue
+            if start_fork_server(kind, python=resolve_python([], None, settings),
+                                 env=model_env(settings), cwd=None):
+                return True
+        return False
     except Exception as exc:
-        log.warning("no warm server started ahead of the first GPU cell: %s", exc)
+        log.warning("no warm server started ahead of the first cell: %s", exc)
         return False
 
 

@@ -181,8 +181,8 @@ class ExecutorCellQueue:
 
     def warm_up(self, settings: Settings) -> None:
         """On a GPU host the embedded executor's thread starts the warm server its GPU
-        cells' processes are forked from (workers.local). A Celery worker's first GPU
-        cell still starts its own."""
+        cells' processes are forked from (workers.local). A Celery worker starts its own
+        in each pool process (workers.registry.on_worker_process_init)."""
         from benchmarks.fingerprint import visible_gpus
 
         if settings.executor == "local" and visible_gpus():
