@@ -8,9 +8,15 @@ probe times those stages one by one in fresh processes with caches of their own
 loads them and compiles again with each stage's wall time summed (wrappers around the
 functions named in STAGES); `warm` first runs the pattern matcher's one-time set-ups
 (the lazy inits a server could run once before forking) and times them apart, then loads;
-`profile` loads under cProfile and prints the functions with the most cumulative time.
+`profile` loads under cProfile and prints the functions with the most cumulative time;
+`modules` does so and lists the modules the compile imported, which `tuned` imports before
+the model (as a server could) and then loads. By default (`--phases`) it compares the
+product's loads side by side: `fixed` as the product loads now (bytecode kept,
+benchmarks.bytecode; short tensor reprs while compiling), `plain` without either.
 
     python -m experiments.frozen_load_probe --out /tmp/flp --device cuda
+    python -m experiments.frozen_load_probe --out /tmp/flp --device cuda \
+        --phases build,load,warm,profile
 """
 
 from __future__ import annotations
