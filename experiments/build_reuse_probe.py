@@ -14,14 +14,12 @@ one and what it saves.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from experiments.fresh_phases import run_phases
+from experiments import fresh_phases
 
 CELLS = [("constant", 32), ("tensor", 1)]
 
@@ -79,19 +77,7 @@ def phase(kind: str, weights: str, batch: int, device: str, artifact: Path) -> d
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--phase", default="")
-    parser.add_argument("--weights", default="constant")
-    parser.add_argument("--batch", type=int, default=1)
-    args = parser.parse_args()
-    if args.phase:
-        print(json.dumps(phase(args.phase, args.weights, args.batch, args.device,
-                               args.out / f"{args.weights}-{args.batch}.bin"), default=str))
-        return 0
-    run_phases("experiments.build_reuse_probe", args.out, args.device, CELLS, ("build", "load"))
-    return 0
+    return fresh_phases.main("experiments.build_reuse_probe", phase, CELLS, ("build", "load"))
 
 
 if __name__ == "__main__":

@@ -8,13 +8,14 @@ TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR. The probe module is run again with
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +48,31 @@ def run_phases(module: str, out: Path, device: str, cells: Sequence[tuple[str, i
             print(json.dumps(row, default=str), flush=True)
     (out / "probe.json").write_text(json.dumps(rows, indent=1, default=str))
     return rows
+
+
+Phase = Callable[[str, str, int, str, Path], dict[str, Any]]
+
+
+def main(module: str, phase: Phase, cells: Sequence[tuple[str, int]], kinds: Sequence[str],
+         artifact_prefix: str = "") -> int:
+    """A probe's command line, both sides of the protocol `run_phases` speaks: with
+    `--phase` one phase in this process (`phase(kind, weights, batch, device, artifact)`,
+    its row printed as JSON); without, every cell's `--phases` (default `kinds`) each in
+    a fresh process. The artifact a build leaves for later phases is
+    OUT/<prefix><weights>-<batch>.bin."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--phase", default="")
+    parser.add_argument("--weights", default="constant")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--phases", default=",".join(kinds),
+                        help="the phases to run, in order, comma-separated")
+    args = parser.parse_args()
+    if args.phase:
+        artifact = args.out / f"{artifact_prefix}{args.weights}-{args.batch}.bin"
+        print(json.dumps(phase(args.phase, args.weights, args.batch, args.device, artifact),
+                         default=str))
+        return 0
+    run_phases(module, args.out, args.device, cells, args.phases.split(","))
+    return 0

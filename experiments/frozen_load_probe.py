@@ -21,7 +21,6 @@ benchmarks.bytecode; short tensor reprs while compiling), `plain` without either
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import importlib
 import io
@@ -34,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from experiments.fresh_phases import run_phases
+from experiments import fresh_phases
 
 CELLS = [("constant", 1)]
 PHASES = ("build", "fixed", "plain", "fixed", "plain", "fixed")
@@ -230,22 +229,7 @@ def phase(kind: str, weights: str, batch: int, device: str, artifact: Path) -> d
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--phase", default="")
-    parser.add_argument("--weights", default="constant")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--phases", default=",".join(PHASES),
-                        help="build, load, warm, profile, modules, tuned, fixed, plain")
-    args = parser.parse_args()
-    if args.phase:
-        print(json.dumps(phase(args.phase, args.weights, args.batch, args.device,
-                               args.out / f"{args.weights}-{args.batch}.bin"), default=str))
-        return 0
-    run_phases("experiments.frozen_load_probe", args.out, args.device, CELLS,
-               args.phases.split(","))
-    return 0
+    return fresh_phases.main("experiments.frozen_load_probe", phase, CELLS, PHASES)
 
 
 if __name__ == "__main__":

@@ -17,14 +17,12 @@ whether the loaded build is the built one and what loading costs.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from experiments.fresh_phases import run_phases
+from experiments import fresh_phases
 
 CELLS = [("constant", 32), ("tensor", 32), ("constant", 1)]
 
@@ -93,20 +91,8 @@ def phase(kind: str, weights: str, batch: int, device: str, artifact: Path) -> d
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--phase", default="")
-    parser.add_argument("--weights", default="constant")
-    parser.add_argument("--batch", type=int, default=1)
-    args = parser.parse_args()
-    if args.phase:
-        print(json.dumps(phase(args.phase, args.weights, args.batch, args.device,
-                               args.out / f"pc-{args.weights}-{args.batch}.bin"), default=str))
-        return 0
-    run_phases("experiments.precompile_probe", args.out, args.device, CELLS,
-               ("build", "load", "load"))
-    return 0
+    return fresh_phases.main("experiments.precompile_probe", phase, CELLS,
+                             ("build", "load", "load"), artifact_prefix="pc-")
 
 
 if __name__ == "__main__":
