@@ -43,13 +43,6 @@ def model_env(settings: Settings) -> dict[str, str]:
     return {"SPEEDWATCH_MODEL_PATH": settings.model_path}
 
 
-def start_gpu_fork_server(settings: Settings) -> bool:
-    """On a host with a GPU, start (without waiting) the warm server the default
-    environment's GPU cells will be forked from in this thread, so the first process of
-    the first run does not wait for its imports; whether one was started."""
-    return start_fork_server_ahead(settings, ["cuda"])
-
-
 def start_fork_server_ahead(settings: Settings, devices: Iterable[str]) -> bool:
     """Start (without waiting) the warm server this thread's cells on `devices` will fork
     their processes from, where any of them forks (benchmarks.forkserver.setting: GPU

@@ -54,7 +54,7 @@ class LocalExecutor:
     def start_fork_server(self, settings: Settings) -> None:
         """Have this executor's thread start the warm server its GPU cells' processes are
         forked from (a server serves the thread that started it:
-        workers.cell_env.start_gpu_fork_server), in turn with what is queued already: the
+        workers.cell_env.start_fork_server_ahead), in turn with what is queued already: the
         service calls it as it starts, before any cell."""
         with self._lock:
             self._queue.put(_StartForkServer(settings))
@@ -90,9 +90,9 @@ class LocalExecutor:
         while True:
             item = self._queue.get()
             if isinstance(item, _StartForkServer):
-                from workers.cell_env import start_gpu_fork_server
+                from workers.cell_env import start_fork_server_ahead
 
-                started = start_gpu_fork_server(item.settings)
+                started = start_fork_server_ahead(item.settings, ["cuda"])
                 log.info("warm GPU fork server %s", "starting" if started else "not needed")
                 self._queue.task_done()
                 continue
