@@ -331,6 +331,8 @@ def built_or_loaded(spec: BenchSpec, backend: Any, model: Any, example: Any,
         if stored is None or loaded == stored:
             info.update({"source": "loaded", "seconds": round(seconds, 3),
                          "built_seconds": found.entry.build_seconds})
+            info.update({k: v for k, v in (("via", compiled.loaded_via),
+                                           ("note", compiled.load_note)) if v})
             return compiled, info
         cache.remove(key)
         info["refused"] = (f"the loaded build's fingerprint {loaded} is not the stored "

@@ -215,6 +215,8 @@ class BuildEvidence(Open):
     why_uncached: Text | None = None
     problem: Text | None = None
     refused: Text | None = None
+    via: Name | None = None  # what a load read, where a backend loads in more than one way
+    note: Text | None = None  # why the quicker way of loading was not taken
 
 
 # where a process's seconds went (benchmarks.runner.Phases): "start", "identity", "model",

@@ -49,6 +49,26 @@ def build(batch_size: int):
 '''
 
 
+# A factory whose weights only meet elementwise ops (`extra=POINTWISE`): frozen by inductor
+# on a CPU its constants are plain tensors, as on a GPU (a convolution's or a matmul's
+# weights are packed for oneDNN on a CPU).
+POINTWISE = '''
+
+class Pointwise(nn.Module):
+    def __init__(self, features: int = 64) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(features))
+        self.shift = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale.exp() + self.shift)
+
+
+def pointwise(batch_size: int):
+    return Pointwise(), (torch.randn(batch_size, 64),)
+'''
+
+
 def write_package(root: Path, name: str = "mypkg", *, scale: str = "0.5", comment: str = "",
                   size: int = 32, extra: str = "") -> Path:
     """root/name/{__init__,nets}.py; returns root (the directory to put on a path)."""

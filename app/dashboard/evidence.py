@@ -132,8 +132,19 @@ def build_summary(evidence: dict[str, Any] | None) -> str | None:
             continue
         span = f"{min(times):.1f} s" if len(times) == 1 or max(times) - min(times) < 0.05 \
             else f"{min(times):.1f}-{max(times):.1f} s"
-        parts.append(f"{source} {span}" if len(times) == 1 else
-                     f"{source} {len(times)}x ({span})")
+        part = f"{source} {span}" if len(times) == 1 else f"{source} {len(times)}x ({span})"
+        vias = sorted({str(r["via"]) for r in records if isinstance(r, dict)
+                       and r.get("source") == source and r.get("via")})
+        if vias:
+            part += " " + " and ".join(_LOADED_VIA.get(v, f"via {v}") for v in vias)
+        parts.append(part)
     refused = [r["refused"] for r in records if isinstance(r, dict) and r.get("refused")]
+    notes = [r["note"] for r in records if isinstance(r, dict) and r.get("note")]
     text = ", then ".join(parts)
-    return f"{text}; refused a stored build: {refused[0]}" if refused else text
+    if refused:
+        text += f"; refused a stored build: {refused[0]}"
+    return f"{text}; {notes[0]}" if notes else text
+
+
+# how a process loaded its build, where a backend loads in more than one way
+_LOADED_VIA = {"program": "from its kept program", "caches": "through inductor's caches"}

@@ -58,6 +58,11 @@ class Compiled:
     # `artifacts_missing` saying why there is nothing to keep.
     artifacts: dict[str, bytes] | None = None
     artifacts_missing: str | None = None
+    # What a load from the build cache read, where a backend can load a build in more than
+    # one way (inductor: its kept "program", or its "caches" and a compile), and a note
+    # when the quicker way was refused: both go into the process's build record.
+    loaded_via: str | None = None
+    load_note: str | None = None
 
 
 class Backend(Protocol):

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import model_ref
+from benchmarks.backends import inductor_program
 from benchmarks.backends.base import BackendUnavailable, Compiled
 
 if TYPE_CHECKING:
@@ -215,16 +216,28 @@ class InductorBackend:
         config = torch._inductor.config
         if artifacts is not None:
             blob = artifacts.get(INDUCTOR_ARTIFACTS)
-            if blob is None:
+            program = artifacts.get(inductor_program.PROGRAM_FILE)
+            if blob is None and program is None:
                 raise RuntimeError(f"the stored build has no {INDUCTOR_ARTIFACTS}")
-            torch.compiler.load_cache_artifacts(blob)
-            _LOADED_ARTIFACTS = True
+            if blob is not None:  # the kernels' compiled binaries, and the FX graph's entry
+                torch.compiler.load_cache_artifacts(blob)
+                _LOADED_ARTIFACTS = True
             config.fx_graph_cache = True
             # a load compiles nothing: without workers none start beside the timing
             # (stop_compile_workers), and none have to be waited for to stop
             config.compile_threads = 1
+            refused = None
+            if program is not None:
+                try:
+                    return self._load_program(program, example, spec)
+                except inductor_program.ProgramRefused as exc:
+                    refused = f"its kept program was refused ({exc}): loaded through " \
+                        "inductor's caches"
             compiled = self.compile(model, example, spec)
             compiled.evidence["inductor_cache"] = _cache_counters()
+            compiled.loaded_via = "caches"
+            if refused is not None:
+                compiled.evidence["inductor_program"] = compiled.load_note = refused
             return compiled
         if _LOADED_ARTIFACTS:
             # a refused load put another build in this process's caches: build without them
@@ -234,14 +247,60 @@ class InductorBackend:
         compiled = self.compile(model, example, spec)
         counts = compiled.evidence["inductor_cache"] = _cache_counters()
         saved = torch.compiler.save_cache_artifacts()
+        kept: dict[str, bytes] = {}
+        missing = []
         if saved is not None and saved[0] and not _LOADED_ARTIFACTS:
-            compiled.artifacts = {INDUCTOR_ARTIFACTS: bytes(saved[0])}
+            kept[INDUCTOR_ARTIFACTS] = bytes(saved[0])
         else:
             # e.g. a frozen graph on a CPU: inductor bypasses its caches (weights packed
-            # for oneDNN are no cache entry), so there is nothing another process can load
-            compiled.artifacts_missing = "inductor kept no cache artifacts for this build " \
-                f"({', '.join(f'{k}={v}' for k, v in counts.items()) or 'none'})"
+            # for oneDNN are no cache entry)
+            missing.append("inductor kept no cache artifacts for this build "
+                           f"({', '.join(f'{k}={v}' for k, v in counts.items()) or 'none'})")
+        # after save_cache_artifacts: loading the program back to check it compiles its
+        # kernels again, which must not enter the artifacts
+        program, why_not = self._kept_program(compiled, example, spec)
+        if program is not None and not _LOADED_ARTIFACTS:
+            kept[inductor_program.PROGRAM_FILE] = program
+            compiled.evidence["inductor_program"] = "kept"
+        else:
+            compiled.evidence["inductor_program"] = f"not kept: {why_not}"
+            if compiled.evidence["freezing"]:
+                missing.append(f"its program was not kept ({why_not})")
+        if kept:
+            compiled.artifacts = kept
+        else:
+            compiled.artifacts_missing = "; ".join(missing)
         return compiled
+
+    def _kept_program(self, compiled: Compiled, example: torch.Tensor, spec: BenchSpec,
+                      ) -> tuple[bytes | None, str | None]:
+        """A frozen build's generated program, kept for later processes to load without
+        tracing (benchmarks.backends.inductor_program); None with why not."""
+        evidence = compiled.evidence
+        why_not = inductor_program.why_not_kept(
+            freezing=bool(evidence["freezing"]), dynamic=bool(evidence["dynamic"]),
+            uses_cudagraphs=not compiled.cuda_graph_safe,
+            graph_breaks=int(evidence["graph_breaks"]), graphs=int(evidence["dynamo_graphs"]))
+        if why_not is not None:
+            return None, why_not
+        return inductor_program.capture(compiled.run, example, evidence)
+
+    def _load_program(self, program: bytes, example: torch.Tensor, spec: BenchSpec,
+                      ) -> Compiled:
+        """A kept program, loaded: nothing traced or compiled but its kernels (from the
+        Triton cache the artifacts filled); the build's own record in the evidence."""
+        reason = self.unavailable_reason(spec)
+        if reason is not None:
+            raise BackendUnavailable(reason)
+        knobs = pin_choices(spec, compile_mode(spec))
+        run, evidence = inductor_program.load(program, example)
+        # as after a compile: a Triton kernel settles its launch config on its first call,
+        # and build_choices reads it
+        run(example)
+        stop_compile_workers()
+        evidence.update({"inductor_build_knobs": knobs, "inductor_program": "loaded"})
+        return Compiled(run=run, evidence=evidence, cuda_graph_safe=True, versions={},
+                        build_choices=_described(evidence), loaded_via="program")
 
     def compile(self, model: torch.nn.Module, example: torch.Tensor, spec: BenchSpec) -> Compiled:
         import torch

@@ -173,6 +173,9 @@ def test_a_frozen_inductor_build_on_a_cpu_says_why_nothing_was_kept(cache_root: 
     build_record = result.evidence["build"]
     assert build_record["source"] == "built" and build_record["stored"] is False
     assert "kept no cache artifacts" in build_record["why_uncached"]
+    # nor its program: a convolution's folded weights are packed for oneDNN on a CPU
+    assert "its program was not kept" in build_record["why_uncached"]
+    assert "packed weight" in build_record["why_uncached"]
 
 
 def test_a_built_in_models_weights_are_kept_and_loaded_bit_for_bit(cache_root: Path) -> None:

@@ -534,6 +534,15 @@ def test_a_cell_says_whether_its_processes_built_or_loaded_the_candidate_and_how
                "a is not the stored build's b: entry k removed, built afresh"}
     assert "refused a stored build: the loaded build's fingerprint a" in str(
         evidence_view.build_summary(processes(refused)))
+    # a backend that loads in two ways says which, and why the quicker one was not taken
+    program = {"source": "loaded", "seconds": 2.1, "via": "program"}
+    assert evidence_view.build_summary(processes(built, program, program)) == \
+        "built 18.7 s, then loaded 2x (2.1 s) from its kept program"
+    fallback = {"source": "loaded", "seconds": 9.8, "via": "caches",
+                "note": "its kept program was refused (built for cuda:1)"}
+    assert evidence_view.build_summary(processes(program, fallback)) == (
+        "loaded 2x (2.1-9.8 s) through inductor's caches and from its kept program; "
+        "its kept program was refused (built for cuda:1)")
     # older results and results without a candidate say nothing
     assert evidence_view.build_summary({"processes": [{"speedup": 1.2}]}) is None
     assert evidence_view.build_summary(None) is None
