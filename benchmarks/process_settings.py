@@ -3,7 +3,8 @@
 Each is read where it takes effect: how a benchmark process starts
 (`SPEEDWATCH_FORK_SERVER`, `SPEEDWATCH_FORK_PRELOAD`), how many prepare ahead
 (`SPEEDWATCH_PREPARE_AHEAD`), how large the build cache may grow
-(`SPEEDWATCH_BUILD_CACHE_MAX_BYTES`). Read only there, a typo stopped a worker's first
+(`SPEEDWATCH_BUILD_CACHE_MAX_BYTES`), whether frozen inductor builds are kept as their
+programs (`SPEEDWATCH_INDUCTOR_PROGRAMS`). Read only there, a typo stopped a worker's first
 cell, minutes after the worker seemed to start well. A worker asks here first and refuses
 to start with the variable's name instead.
 """
@@ -13,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks import build_cache, forkserver, prepared
+from benchmarks.backends import inductor_program
 
 _CHECKS: tuple[Callable[[], object], ...] = (
     lambda: forkserver.setting("cuda"),
     forkserver.preload_setting,
     prepared.ahead_setting,
     build_cache.max_bytes,
+    inductor_program.enabled,
 )
 
 

@@ -227,7 +227,7 @@ class InductorBackend:
             # (stop_compile_workers), and none have to be waited for to stop
             config.compile_threads = 1
             refused = None
-            if program is not None:
+            if program is not None and inductor_program.enabled():
                 try:
                     return self._load_program(program, example, spec)
                 except inductor_program.ProgramRefused as exc:
@@ -256,16 +256,17 @@ class InductorBackend:
             # for oneDNN are no cache entry)
             missing.append("inductor kept no cache artifacts for this build "
                            f"({', '.join(f'{k}={v}' for k, v in counts.items()) or 'none'})")
-        # after save_cache_artifacts: loading the program back to check it compiles its
-        # kernels again, which must not enter the artifacts
-        program, why_not = self._kept_program(compiled, example, spec)
-        if program is not None and not _LOADED_ARTIFACTS:
-            kept[inductor_program.PROGRAM_FILE] = program
-            compiled.evidence["inductor_program"] = "kept"
-        else:
-            compiled.evidence["inductor_program"] = f"not kept: {why_not}"
-            if compiled.evidence["freezing"]:
-                missing.append(f"its program was not kept ({why_not})")
+        if inductor_program.enabled():
+            # after save_cache_artifacts: loading the program back to check it compiles
+            # its kernels again, which must not enter the artifacts
+            program, why_not = self._kept_program(compiled, example, spec)
+            if program is not None and not _LOADED_ARTIFACTS:
+                kept[inductor_program.PROGRAM_FILE] = program
+                compiled.evidence["inductor_program"] = "kept"
+            else:
+                compiled.evidence["inductor_program"] = f"not kept: {why_not}"
+                if compiled.evidence["freezing"]:
+                    missing.append(f"its program was not kept ({why_not})")
         if kept:
             compiled.artifacts = kept
         else:

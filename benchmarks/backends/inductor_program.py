@@ -25,6 +25,7 @@ reason, and the process then loads the build through inductor's caches as before
 from __future__ import annotations
 
 import io
+import os
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -35,9 +36,29 @@ if TYPE_CHECKING:
     import torch
 
 PROGRAM_FILE = "inductor-frozen-program.pt"
+# Off by default: see enabled().
+SETTING_ENV = "SPEEDWATCH_INDUCTOR_PROGRAMS"
 FORMAT = 1
 # A constant of the generated module: declared in its header, set when it is loaded.
 _CONSTANT = re.compile(r"^(\w+) = None  # ", re.MULTILINE)
+
+
+def enabled(environ: dict[str, str] | None = None) -> bool:
+    """Whether frozen builds are kept and loaded as their programs: "1" yes, "0" (the
+    default) no. Off by default because a loaded program times a little differently from
+    a fresh compile, though it runs the same kernels: on an H200 (ResNet50 fp16, constant
+    weights, 2026-11-29) processes that loaded it timed the candidate 0.4% slower at
+    batch 1 and 0.1-0.2% faster at batch 32 than processes that compiled afresh, each kind
+    tight among its own (memory placement: in one process, the same module with its
+    constants copied elsewhere timed up to 0.3% apart; experiments/program_level_probe.py).
+    A loaded build that re-runs freezing, the default, lands where a fresh compile does.
+    A bad value is an error naming the variable."""
+    value = (environ if environ is not None else os.environ).get(SETTING_ENV, "0").strip()
+    if value in ("", "0"):
+        return False
+    if value == "1":
+        return True
+    raise ValueError(f"{SETTING_ENV}={value!r}: expected 0 or 1")
 
 
 class ProgramRefused(RuntimeError):

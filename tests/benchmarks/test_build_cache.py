@@ -165,8 +165,10 @@ def test_an_inductor_cell_builds_once_and_loads_inductors_cache_artifacts_after(
 
 
 @pytest.mark.slow
-def test_a_frozen_inductor_build_on_a_cpu_says_why_nothing_was_kept(cache_root: Path) -> None:
+def test_a_frozen_inductor_build_on_a_cpu_says_why_nothing_was_kept(
+        cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # inductor bypasses its caches for a frozen graph on a CPU (weights packed for oneDNN)
+    monkeypatch.setenv("SPEEDWATCH_INDUCTOR_PROGRAMS", "1")
     spec = make_tiny_spec(backend="inductor", weights="constant")
     result = run_isolated(spec, timeout_s=600, python=sys.executable)
     assert result.status == "ok", result.reason

@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks import build, build_cache
 from benchmarks.backends.inductor import BACKEND
-from benchmarks.backends.inductor_program import PROGRAM_FILE, why_not_kept
+from benchmarks.backends.inductor_program import PROGRAM_FILE, SETTING_ENV, enabled, why_not_kept
 from benchmarks.isolation import run_isolated
 from tests.benchmarks.conftest import make_tiny_spec
 from tests.own_model_files import POINTWISE, load_nets, write_package
@@ -29,11 +29,12 @@ pytestmark = [pytest.mark.usefixtures("single_thread"), pytest.mark.skipif(
 
 @pytest.fixture
 def model_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user's package with the elementwise factory, on the model path, and a build cache
-    of the test's own."""
+    """A user's package with the elementwise factory, on the model path, a build cache of
+    the test's own, and programs kept (they are not by default)."""
     root = write_package(tmp_path / "models", "pkg_program", extra=POINTWISE)
     monkeypatch.setenv("SPEEDWATCH_MODEL_PATH", str(root))
     monkeypatch.setenv(build_cache.BUILD_CACHE_ENV, str(tmp_path / "builds"))
+    monkeypatch.setenv(SETTING_ENV, "1")
     return root
 
 
@@ -58,6 +59,9 @@ def test_a_frozen_build_is_kept_as_its_program_and_later_processes_load_it(
 
 def _built(root: Path) -> tuple[Any, Any, Any, dict[str, bytes]]:
     import torch
+    from torch._inductor.codecache import PyCodeCache
+
+    PyCodeCache.cache_clear()  # one compile's modules, as in a process of its own
 
     model, (x,) = load_nets(root, "pkg_program").pointwise(2)
     model = model.eval().requires_grad_(False)
@@ -89,6 +93,25 @@ def test_a_program_that_cannot_be_used_here_is_refused_and_the_build_loads_anoth
     damaged = {PROGRAM_FILE: artifacts[PROGRAM_FILE][: len(artifacts[PROGRAM_FILE]) // 2]}
     again = BACKEND.compile_cached(model, x, frozen_spec(), damaged)
     assert again.loaded_via == "caches" and "does not load" in str(again.load_note)
+
+
+def test_by_default_no_program_is_kept_and_a_kept_one_is_not_loaded(
+        model_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks.backends import inductor
+
+    # this process loads a build below: later tests' builds must not think it did
+    monkeypatch.setattr(inductor, "_LOADED_ARTIFACTS", False)
+    model, x, _, artifacts = _built(model_root)  # kept while the setting says so
+    monkeypatch.delenv(SETTING_ENV)
+    assert enabled() is False
+    plain = BACKEND.compile_cached(model, x, frozen_spec(), None)
+    assert plain.artifacts is not None and PROGRAM_FILE not in plain.artifacts
+    assert "inductor_program" not in plain.evidence
+    loaded = BACKEND.compile_cached(model, x, frozen_spec(), artifacts)
+    assert loaded.loaded_via == "caches" and loaded.load_note is None
+    monkeypatch.setenv(SETTING_ENV, "yes")
+    with pytest.raises(ValueError, match=f"{SETTING_ENV}='yes': expected 0 or 1"):
+        enabled()
 
 
 @pytest.mark.parametrize(("build_facts", "says"), [

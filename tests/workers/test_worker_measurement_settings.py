@@ -14,18 +14,21 @@ def test_every_bad_measurement_variable_is_named_at_once(
     monkeypatch.setenv("SPEEDWATCH_FORK_PRELOAD", "maybe")
     monkeypatch.setenv("SPEEDWATCH_PREPARE_AHEAD", "-1")
     monkeypatch.setenv("SPEEDWATCH_BUILD_CACHE_MAX_BYTES", "ten gigs")
+    monkeypatch.setenv("SPEEDWATCH_INDUCTOR_PROGRAMS", "on")
 
     found = process_settings.problems()
 
-    assert len(found) == 4
+    assert len(found) == 5
     for name in ("SPEEDWATCH_FORK_SERVER", "SPEEDWATCH_FORK_PRELOAD",
-                 "SPEEDWATCH_PREPARE_AHEAD", "SPEEDWATCH_BUILD_CACHE_MAX_BYTES"):
+                 "SPEEDWATCH_PREPARE_AHEAD", "SPEEDWATCH_BUILD_CACHE_MAX_BYTES",
+                 "SPEEDWATCH_INDUCTOR_PROGRAMS"):
         assert sum(name in line for line in found) == 1, (name, found)
 
 
 def test_the_defaults_are_usable(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("SPEEDWATCH_FORK_SERVER", "SPEEDWATCH_FORK_PRELOAD",
-                 "SPEEDWATCH_PREPARE_AHEAD", "SPEEDWATCH_BUILD_CACHE_MAX_BYTES"):
+                 "SPEEDWATCH_PREPARE_AHEAD", "SPEEDWATCH_BUILD_CACHE_MAX_BYTES",
+                 "SPEEDWATCH_INDUCTOR_PROGRAMS"):
         monkeypatch.delenv(name, raising=False)
     assert process_settings.problems() == []
 
