@@ -235,7 +235,8 @@ class InductorBackend:
                         "inductor's caches"
             compiled = self.compile(model, example, spec)
             compiled.evidence["inductor_cache"] = _cache_counters()
-            compiled.loaded_via = "caches"
+            if inductor_program.enabled():  # say which way, where there were two
+                compiled.loaded_via = "caches"
             if refused is not None:
                 compiled.evidence["inductor_program"] = compiled.load_note = refused
             return compiled
@@ -259,8 +260,9 @@ class InductorBackend:
         if inductor_program.enabled():
             # after save_cache_artifacts: loading the program back to check it compiles
             # its kernels again, which must not enter the artifacts
-            program, why_not = self._kept_program(compiled, example, spec)
-            if program is not None and not _LOADED_ARTIFACTS:
+            program, why_not = (None, "this process loaded another build first") \
+                if _LOADED_ARTIFACTS else self._kept_program(compiled, example, spec)
+            if program is not None:
                 kept[inductor_program.PROGRAM_FILE] = program
                 compiled.evidence["inductor_program"] = "kept"
             else:
@@ -297,7 +299,12 @@ class InductorBackend:
         run, evidence = inductor_program.load(program, example)
         # as after a compile: a Triton kernel settles its launch config on its first call,
         # and build_choices reads it
-        run(example)
+        try:
+            run(example)
+        except Exception as exc:
+            raise inductor_program.ProgramRefused(
+                f"its first call failed: {type(exc).__name__}: {exc}".splitlines()[0][:300],
+            ) from exc
         stop_compile_workers()
         evidence.update({"inductor_build_knobs": knobs, "inductor_program": "loaded"})
         return Compiled(run=run, evidence=evidence, cuda_graph_safe=True, versions={},

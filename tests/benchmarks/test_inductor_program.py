@@ -47,7 +47,9 @@ def frozen_spec(**timing: Any) -> Any:
 @pytest.mark.slow
 def test_a_frozen_build_is_kept_as_its_program_and_later_processes_load_it(
         model_root: Path) -> None:
-    result = run_isolated(frozen_spec(processes=2), timeout_s=600, python=sys.executable)
+    # one inductor cache for both processes: the loading one finds the C++ kernel compiled
+    result = run_isolated(frozen_spec(processes=2, compile_cache="host"), timeout_s=600,
+                          python=sys.executable)
     assert result.status == "ok", result.reason
     builds = [p["build"] for p in result.evidence["processes"]]
     assert [b["source"] for b in builds] == ["built", "loaded"]
@@ -84,6 +86,8 @@ def _edited(program: bytes, **changes: Any) -> bytes:
 
 def test_a_program_that_cannot_be_used_here_is_refused_and_the_build_loads_another_way(
         model_root: Path) -> None:
+    import torch
+
     model, x, built, artifacts = _built(model_root)
     elsewhere = {PROGRAM_FILE: _edited(artifacts[PROGRAM_FILE], device="cuda:1")}
     loaded = BACKEND.compile_cached(model, x, frozen_spec(), elsewhere)
@@ -93,6 +97,13 @@ def test_a_program_that_cannot_be_used_here_is_refused_and_the_build_loads_anoth
     damaged = {PROGRAM_FILE: artifacts[PROGRAM_FILE][: len(artifacts[PROGRAM_FILE]) // 2]}
     again = BACKEND.compile_cached(model, x, frozen_spec(), damaged)
     assert again.loaded_via == "caches" and "does not load" in str(again.load_note)
+    # a program that imports but fails when called is refused too, never timed
+    kept = torch.load(io.BytesIO(artifacts[PROGRAM_FILE]), weights_only=True)
+    failing = {PROGRAM_FILE: _edited(artifacts[PROGRAM_FILE], source=kept["source"] +
+                                     "\n\ndef call(args):\n    raise RuntimeError('no')\n")}
+    third = BACKEND.compile_cached(model, x, frozen_spec(), failing)
+    assert third.loaded_via == "caches"
+    assert "its first call failed: RuntimeError: no" in str(third.load_note)
 
 
 def test_by_default_no_program_is_kept_and_a_kept_one_is_not_loaded(
@@ -108,7 +119,7 @@ def test_by_default_no_program_is_kept_and_a_kept_one_is_not_loaded(
     assert plain.artifacts is not None and PROGRAM_FILE not in plain.artifacts
     assert "inductor_program" not in plain.evidence
     loaded = BACKEND.compile_cached(model, x, frozen_spec(), artifacts)
-    assert loaded.loaded_via == "caches" and loaded.load_note is None
+    assert loaded.loaded_via is None and loaded.load_note is None  # one way: nothing to say
     monkeypatch.setenv(SETTING_ENV, "yes")
     with pytest.raises(ValueError, match=f"{SETTING_ENV}='yes': expected 0 or 1"):
         enabled()
