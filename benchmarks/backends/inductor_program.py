@@ -48,7 +48,7 @@ def enabled(environ: dict[str, str] | None = None) -> bool:
     default) no. Off by default because a loaded program times a little differently from
     a fresh compile, though it runs the same kernels: on an H200 (ResNet50 fp16, constant
     weights, 2026-11-29) processes that loaded it timed the candidate 0.4% slower at
-    batch 1 and 0.1-0.2% faster at batch 32 than processes that compiled afresh, each kind
+    batch 1 and 0.2-0.3% faster at batch 32 than processes that compiled afresh, each kind
     tight among its own (memory placement: in one process, the same module with its
     constants copied elsewhere timed up to 0.3% apart; experiments/program_level_probe.py).
     A loaded build that re-runs freezing, the default, lands where a fresh compile does.
