@@ -63,7 +63,7 @@ def enabled(environ: dict[str, str] | None = None) -> bool:
 
 class ProgramRefused(RuntimeError):
     """A kept program this process cannot use (another device, another format, a module
-    that no longer loads): the reason, for the evidence."""
+    that no longer imports, a first call that fails): the reason, for the evidence."""
 
 
 def why_not_kept(*, freezing: bool, dynamic: bool, uses_cudagraphs: bool,
