@@ -125,7 +125,7 @@ def phase(kind: str, weights: str, batch: int, device: str, artifact: Path) -> d
         from torch._inductor.codecache import PyCodeCache
 
         module = next(m for m in PyCodeCache.modules if callable(getattr(m, "call", None)))
-    constants = inductor_program._constants(module)
+    constants = inductor_program._constants(module, inductor_program._source(module))
     with torch.inference_mode():
         variants.update(_variants_of(module, constants, x))
         outs = {name: fn() for name, fn in variants.items()}

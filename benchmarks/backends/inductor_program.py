@@ -88,8 +88,8 @@ def capture(run: Callable[[torch.Tensor], torch.Tensor], example: torch.Tensor,
 
     try:
         module = _graph_module()
-        constants = _constants(module)
         source = _source(module)
+        constants = _constants(module, source)
         with torch.inference_mode():
             want = run(example)
         buffer = io.BytesIO()
@@ -178,12 +178,12 @@ def _source(module: ModuleType) -> str:
         return f.read()
 
 
-def _constants(module: ModuleType) -> dict[str, torch.Tensor]:
+def _constants(module: ModuleType, source: str) -> dict[str, torch.Tensor]:
     """The constants the module's header declares, as the build set them: plain tensors
     only (a oneDNN-packed weight has no storage to keep)."""
     import torch
 
-    names = _CONSTANT.findall(_source(module))
+    names = _CONSTANT.findall(source)
     out: dict[str, torch.Tensor] = {}
     for name in names:
         value = getattr(module, name, None)
