@@ -26,6 +26,7 @@ adds the model and the build once a child has built them.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import platform
@@ -55,7 +56,19 @@ def _normalize(name: str) -> str:
 def distributions() -> dict[str, str]:
     """Installed distributions on this interpreter's path: normalized name -> "version
     record-hash" (the first distribution of a name on the path wins, as imports do)."""
+    return dict(_installed()[0])
+
+
+@lru_cache(maxsize=1)
+def _installed() -> tuple[dict[str, str], dict[str, set[str]]]:
+    """One pass over the installed distributions: `distributions()`'s entries, and the
+    top-level import names each one provides (normalized name -> names), read from the
+    RECORD already in hand. `importlib.metadata.packages_distributions()` reads every
+    RECORD again and checks that each listed file exists: 1.9 s of a loaded GPU process's
+    2 s after its timing, on an H200 with 101 distributions. Read once per process: a
+    measuring process's distributions do not change while it runs."""
     out: dict[str, str] = {}
+    provides: dict[str, set[str]] = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"] if dist.metadata else None
         if not name:
@@ -65,7 +78,26 @@ def distributions() -> dict[str, str]:
             continue
         record = dist.read_text("RECORD") or dist.read_text("installed-files.txt") or ""
         out[key] = f"{dist.version} {hashlib.sha256(record.encode()).hexdigest()[:8]}"
-    return dict(sorted(out.items()))
+        provides[key] = _top_level_names(dist.read_text("top_level.txt"), record)
+    return dict(sorted(out.items())), provides
+
+
+def _top_level_names(declared: str | None, record: str) -> set[str]:
+    """The import names a distribution provides: its top_level.txt where it has one, else
+    the first part of each file it installed (a module file's own name), as
+    `importlib.metadata.packages_distributions` infers them."""
+    if declared and declared.strip():
+        return set(declared.split())
+    names = set()
+    for line in record.splitlines():
+        path = line.split(",", 1)[0].strip().strip('"')
+        if not path:
+            continue
+        first, _, rest = path.partition("/")
+        name = first if rest else (inspect.getmodulename(first) or first)
+        if "." not in name and name:
+            names.add(name)
+    return names
 
 
 @lru_cache(maxsize=1)
@@ -122,10 +154,10 @@ def loaded_distributions(dists: dict[str, str] | None = None) -> dict[str, str]:
     """The installed distributions this process has imported code from (its side's
     software: eager's process imports torch and numpy, not onnxruntime), by
     `distributions()`'s entries."""
-    dists = distributions() if dists is None else dists
+    installed, provides = _installed()
+    dists = installed if dists is None else dists
     top = {name.split(".")[0] for name in list(sys.modules)}
-    owners = metadata.packages_distributions()
-    loaded = {_normalize(dist) for module in top for dist in owners.get(module, [])}
+    loaded = {key for key, names in provides.items() if names & top}
     return {name: value for name, value in dists.items() if name in loaded}
 
 

@@ -76,3 +76,39 @@ def test_model_and_build_complete_the_identity() -> None:
     assert identity.with_build(a, "b2")["digest"] == \
         identity.software_identity(env, model="m1", build="b2")["digest"]
     assert identity.differences(a, identity.with_build(a, "b2")) == ["the build"]
+
+
+def test_the_distributions_a_process_loaded_are_those_importlib_names_for_its_modules() -> None:
+    """The side's software is the distributions its process imported code from. Read from
+    the RECORDs the identity already reads, it must name what importlib's own
+    `packages_distributions()` names for the modules loaded, in this very environment."""
+    from importlib import metadata
+
+    import numpy  # noqa: F401  (something installed, surely loaded)
+
+    dists = identity.distributions()
+    top = {name.split(".")[0] for name in list(sys.modules)}
+    owners = metadata.packages_distributions()
+    expected = {identity._normalize(d) for module in top for d in owners.get(module, [])}
+    loaded = identity.loaded_distributions(dists)
+    assert "numpy" in loaded
+    assert set(loaded) == {name for name in dists if name in expected}
+
+
+def test_a_process_that_never_imports_a_package_does_not_count_it_loaded(
+        tmp_path: Path) -> None:
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    wheels.mkdir()
+    write_wheel(wheels, "swunrelated", "1.0")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
+                    "--no-deps", "--find-links", str(wheels), "--target", str(target),
+                    "swunrelated==1.0"], check=True)
+    script = ("import json, sys\nfrom benchmarks import identity\n"
+              "if sys.argv[1] == 'import':\n    import swunrelated\n"
+              "print(json.dumps(sorted(identity.loaded_distributions())))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(target)))}
+    runs = {how: json.loads(subprocess.run([sys.executable, "-c", script, how], env=env,
+                                           check=True, capture_output=True, text=True,
+                                           cwd=REPO).stdout)
+            for how in ("import", "leave")}
+    assert "swunrelated" in runs["import"] and "swunrelated" not in runs["leave"]
