@@ -144,6 +144,7 @@ class AdaptiveMeasurement:
         self._stopped_by: StoppedBy = "max_processes"
         self._final: BenchResult | None = None
         self._remeasured: list[dict[str, Any]] = []
+        self._gpu_remeasured: list[int] = []
         self._mode: AdaptiveMode = "adaptive"
         self._base_python: str | None = None
         self._base_results: list[BenchResult] = []
@@ -242,7 +243,7 @@ class AdaptiveMeasurement:
                               f"{one.reason or one.status}")
             self._final = one
             return False
-        return not self._too_busy(one, j)
+        return not (self._too_busy(one, j) or self._gpu_shared(one, j))
 
     def _merge(self, results: list[BenchResult]) -> BenchResult:
         spec = self.spec
@@ -395,6 +396,20 @@ class AdaptiveMeasurement:
         host.wait_for_quiet(threshold, LOAD_WAIT_S)
         return True
 
+    def _gpu_shared(self, one: BenchResult, j: int) -> bool:
+        """The GPU guard: a unit during which another process made a CUDA context on its
+        GPU timed a GPU in another state than a process alone finds it
+        (benchmarks.fingerprint.newer_gpu_processes): measured again, while re-measures
+        are left (LOAD_REMEASURES a cell); after that it is kept, and the verdict says so
+        (app.detection.notes)."""
+        record = one.evidence.get("gpu_processes") if isinstance(one.evidence, dict) else None
+        newer = record.get("newer") if isinstance(record, dict) else None
+        if not isinstance(newer, int) or newer <= 0 \
+                or len(self._gpu_remeasured) >= LOAD_REMEASURES:
+            return False
+        self._gpu_remeasured.append(j + 1)
+        return True
+
     def result(self) -> BenchResult:
         if self._final is None:
             raise RuntimeError("the measurement is not done: call step() until done")
@@ -459,7 +474,8 @@ class AdaptiveMeasurement:
             resolvable=self._resolvable(),
             reference_error=self._reference_error or None,
             comparison_error=self._comparison_error or None,
-        ), unless_none=("resolvable", "reference_error", "comparison_error"))
+            gpu_remeasured=self._gpu_remeasured or None,
+        ), unless_none=("resolvable", "reference_error", "comparison_error", "gpu_remeasured"))
         if self._allocation is not None:
             merged.evidence["allocation"] = self._allocation
         if self._comparison is not None and reference is not None:

@@ -12,7 +12,13 @@ from pydantic import BaseModel
 
 from benchmarks import build, identity, stats
 from benchmarks.result import Accuracy, BenchResult, ResultError
-from benchmarks.result_schema import BuildEvidence, PreparedAhead, ProcessEvidence, SidesEvidence
+from benchmarks.result_schema import (
+    BuildEvidence,
+    GpuProcesses,
+    PreparedAhead,
+    ProcessEvidence,
+    SidesEvidence,
+)
 from benchmarks.spec import (
     BenchSpec,
     SpecError,
@@ -114,12 +120,13 @@ def _process_record(r: BenchResult) -> dict[str, Any]:
         timing_window=list(timing["window"]) if isinstance(timing.get("window"), list)
         else None,
         prepared_ahead=part("prepared_ahead", PreparedAhead),
+        gpu_processes=part("gpu_processes", GpuProcesses),
         process_start=evidence.get("process_start")
         if evidence.get("process_start") in ("forked", "fresh") else None,
     )
     return written(record, unless_none=(
         "host_other_cores", "build_fingerprint", "sides", "build", "phases", "timing_window",
-        "prepared_ahead", "process_start"))
+        "prepared_ahead", "gpu_processes", "process_start"))
 
 
 def _merged_fingerprint(results: list[BenchResult], build_fingerprint: Any,

@@ -232,6 +232,16 @@ class PreparedAhead(Open):
     prepared_beside: Count | None = None
 
 
+class GpuProcesses(Open):
+    """The processes holding a CUDA context on a GPU process's device (NVML): `present` once
+    it had its own (itself included), `newer` those that made one after it, before its
+    timing ended. A newer context shortens every kernel launch of the older process's CUDA
+    graphs (benchmarks.fingerprint.newer_gpu_processes)."""
+
+    present: Count | None = None
+    newer: Count | None = None
+
+
 class FaultEvidence(Open):
     slow_candidate: NonNegative | None = None
     clock: Name | None = None  # the clock its extra work is counted on: thread or wall
@@ -273,6 +283,7 @@ class ProcessEvidence(Open):
     phases: PhaseSeconds | None = None
     timing_window: Annotated[list[NonNegative], Field(min_length=2, max_length=2)] | None = None
     prepared_ahead: PreparedAhead | None = None
+    gpu_processes: GpuProcesses | None = None
     # "forked" from a warm server that had imported the harness (benchmarks.forkserver)
     process_start: Literal["forked", "fresh"] | None = None
 
@@ -309,6 +320,8 @@ class AdaptiveEvidence(Open):
     comparison_error: Text | None = None
     # one side of a pair of cells measured in turns (benchmarks.isolation)
     interleaved_pair: StrictBool | None = None
+    # units measured again because another process made a CUDA context on their GPU
+    gpu_remeasured: Annotated[list[Count], Field(max_length=MAX_PROCESSES)] | None = None
 
 
 class BaselineProcess(Open):
@@ -356,6 +369,7 @@ class EvidenceDocument(Open):
     build: BuildEvidence | None = None
     phases: PhaseSeconds | None = None
     process_start: Literal["forked", "fresh"] | None = None
+    gpu_processes: GpuProcesses | None = None
     fault: FaultEvidence | None = None
     processes: Annotated[list[ProcessEvidence], Field(max_length=MAX_PROCESSES)] | None = None
     ci_method: Method | None = None

@@ -232,6 +232,8 @@ class _Sides:
     accuracy: Any
     compile_seconds: float | None
     environment: dict[str, Any]
+    # the processes holding a CUDA context on this GPU once this one had its own
+    gpu_first: set[int] | None = None
 
 
 def _measure(
@@ -309,7 +311,9 @@ def _prepare_sides(spec: BenchSpec, backend: Any, model_info: dict[str, Any],
         model, x, reference, tol = eager_model(spec, model_info, environment, evidence, peak)
     phases.lap("model")
     side = spec.child_side  # None: both sides here; else one side of a split measurement
-    prep = _Sides(model, x, None, None, None, environment)
+    # the weights are on the GPU: this process's own context is among these
+    prep = _Sides(model, x, None, None, None, environment,
+                  fingerprint.gpu_processes() if on_cuda else None)
     if side != "baseline":
         prep.compiled, prep.accuracy, prep.compile_seconds = _compile_candidate(
             spec, backend, model, x, reference, tol, on_cuda, evidence, peak,
@@ -379,9 +383,11 @@ def _time_sides(spec: BenchSpec, fns: dict[str, Callable[[], Any]], prep: _Sides
     nvml_start = fingerprint.collect_nvml() if on_cuda else None
     # the children preparing beside this one (benchmarks.prepared) stop while it times
     quiet_wait = prepared.quiet_please()
+    gpu_before = fingerprint.gpu_processes() if prep.gpu_first is not None else None
     with _stage("timing"):
         samples = _time(spec, timed, spec.child_side, cpu_clock)
     nvml_end = fingerprint.collect_nvml() if on_cuda else None
+    _record_gpu_processes(prep.gpu_first, gpu_before, evidence)
     prepared.timed()
     phases.lap("timing")
     if quiet_wait > 0:
@@ -391,6 +397,20 @@ def _time_sides(spec: BenchSpec, fns: dict[str, Callable[[], Any]], prep: _Sides
     evidence["timing"] = _timing_record(samples, policy, graphs, mode, on_cuda, pinned,
                                         spec.child_side)
     return _Timed(samples, graphs, mode, timed_distributions, (nvml_start, nvml_end))
+
+
+def _record_gpu_processes(first: set[int] | None, before: set[int] | None,
+                          evidence: dict[str, Any]) -> None:
+    """Whether another process made a CUDA context on this GPU while this one measured
+    (benchmarks.fingerprint.newer_gpu_processes): its timing is then not that of a process
+    alone on the GPU, and the cell measures the unit again (benchmarks.adaptive)."""
+    if first is None:
+        return
+    after = fingerprint.gpu_processes()
+    newer = fingerprint.newer_gpu_processes(first, before, after)
+    if newer is not None:
+        # the schema's result_schema.GpuProcesses; the child writes plain JSON
+        evidence["gpu_processes"] = {"present": len(first), "newer": newer}
 
 
 def _after_timing(spec: BenchSpec, sides: dict[str, Callable[[], Any]], prep: _Sides,

@@ -51,6 +51,9 @@ def measurement_notes(result: BenchResult) -> list[str]:
     load = host_load_note(result)
     if load:
         notes.append(load)
+    shared = gpu_shared_note(result)
+    if shared:
+        notes.append(shared)
     return notes
 
 
@@ -98,6 +101,23 @@ def host_load_note(result: BenchResult) -> str | None:
             f"{cores} cores busy while timing ({load.units_loaded} of "
             f"{load.units} units past the {load.threshold or 0:g}-core "
             f"guard{again}); {why}")
+
+
+def gpu_shared_note(result: BenchResult) -> str | None:
+    """The GPU guard's mark, in words: processes during which another process made a CUDA
+    context on their GPU, kept once the cell's re-measures ran out (benchmarks.adaptive)."""
+    evidence = stored_evidence(result.evidence)
+    records = [p.gpu_processes for p in evidence.processes] if evidence.processes \
+        else [evidence.gpu_processes]
+    shared = sum(1 for r in records if r is not None and (r.newer or 0) > 0)
+    if not shared:
+        return None
+    again = evidence.adaptive.gpu_remeasured if evidence.adaptive is not None else None
+    return (f"GPU shared: in {shared} of {len(records)} processes another process made a "
+            "CUDA context on the GPU while they measured"
+            f"{f' ({len(again)} re-measured)' if again else ''}; a newer context shortens "
+            "every kernel launch of a CUDA graph (eager ResNet50 at batch 1 ran 12% faster "
+            "on an H200), so these are not the timings of a process alone on its GPU")
 
 
 def _host_load(result: BenchResult) -> HostLoadRecord | None:

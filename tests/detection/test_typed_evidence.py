@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
-from app.detection.notes import host_load_note, measurement_notes
+from app.detection.notes import gpu_shared_note, host_load_note, measurement_notes
 from benchmarks import stats
 from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument, error_path
 from benchmarks.stored_parts import stored_evidence
@@ -75,3 +75,21 @@ def test_every_outcome_the_decision_rule_gives_is_one_a_document_may_hold(
     assert stored_evidence(evidence).adaptive is not None
     assert stored_evidence(evidence).adaptive.outcome == outcome  # type: ignore[union-attr]
     assert set(typing.get_args(Outcome)) >= {outcome}
+
+
+def test_processes_that_saw_a_newer_gpu_process_read_as_the_gpu_guards_note() -> None:
+    processes = [{"speedup": 2.6, "gpu_processes": {"present": 1, "newer": 0}},
+                 {"speedup": 2.5, "gpu_processes": {"present": 2, "newer": 1}},
+                 {"speedup": 2.6, "gpu_processes": {"present": 1, "newer": 0}}]
+    shared = replace(result(10.0, 5.0), evidence={
+        "processes": processes, "adaptive": {**ADAPTIVE, "gpu_remeasured": [2, 2]}})
+    note = gpu_shared_note(shared)
+    assert note is not None and note.startswith(
+        "GPU shared: in 1 of 3 processes another process made a CUDA context on the GPU "
+        "while they measured (2 re-measured)")
+    assert note in measurement_notes(shared)
+    alone = replace(shared, evidence={"processes": [{**p, "gpu_processes": {
+        "present": 1, "newer": 0}} for p in processes], "adaptive": ADAPTIVE})
+    assert gpu_shared_note(alone) is None
+    one_process = replace(shared, evidence={"gpu_processes": {"present": 1, "newer": 2}})
+    assert (gpu_shared_note(one_process) or "").startswith("GPU shared: in 1 of 1 processes")

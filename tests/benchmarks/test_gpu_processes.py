@@ -1,0 +1,102 @@
+"""Another process that makes a CUDA context on the measuring GPU changes what the measuring
+process times (on an H200, eager ResNet50's CUDA-graph replays 12% faster at batch 1, and
+for the rest of its life): a GPU process records the processes NVML lists on its GPU, and
+a unit that saw a newer one is measured again.
+
+No GPU or NVML here: NVML's process list is a stand-in module, and the guard's test runs
+real CPU children whose results carry the record as a GPU child writes it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from benchmarks import adaptive, fingerprint
+from benchmarks.adaptive import LOAD_REMEASURES, AdaptiveMeasurement
+from benchmarks.result import BenchResult
+from benchmarks.spec import BenchSpec
+
+SpecFactory = Callable[..., BenchSpec]
+
+
+def test_only_processes_newer_than_the_measuring_ones_context_count() -> None:
+    first = {100, 200}  # this process (100) and an older one
+    assert fingerprint.newer_gpu_processes(first, {100, 200}, {100}) == 0  # the older left
+    assert fingerprint.newer_gpu_processes(first, {100, 200, 300}, {100, 200}) == 1
+    assert fingerprint.newer_gpu_processes(first, {100}, {100, 300, 400}) == 2
+    assert fingerprint.newer_gpu_processes(first, None, {100, 300}) == 1
+    assert fingerprint.newer_gpu_processes(None, {100, 300}) is None  # nothing to compare
+    assert fingerprint.newer_gpu_processes(first, None, None) is None
+
+
+class _FakeNvml(SimpleNamespace):
+    """A stand-in for pynvml (no NVML here): a GPU whose process list is `pids`."""
+
+    def __init__(self, pids: list[int] | None) -> None:
+        super().__init__(pids=pids)
+
+    def nvmlInit(self) -> None:  # pynvml's names
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        if self.pids is None:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return [SimpleNamespace(pid=p, usedGpuMemory=1 << 20) for p in self.pids]
+
+
+def test_the_processes_on_the_gpu_are_nvmls_list_or_none_where_it_cannot_tell(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml([4242, 17]))
+    assert fingerprint.gpu_processes() == {4242, 17}
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml(None))
+    assert fingerprint.gpu_processes() is None
+
+
+def _shared_gpu_units(real: Callable[..., BenchResult], newer: list[int]) -> Callable[..., Any]:
+    """run_unit, with the record a GPU child writes: unit i saw `newer[i]` newer processes."""
+    calls = iter(newer)
+
+    def run(*args: Any, **kwargs: Any) -> BenchResult:
+        one = real(*args, **kwargs)
+        one.evidence["gpu_processes"] = {"present": 1, "newer": next(calls, 0)}
+        return one
+    return run
+
+
+@pytest.mark.slow
+def test_a_unit_that_saw_a_newer_gpu_process_is_measured_again(
+        tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = tiny_spec()
+    spec = replace(spec, timing=replace(spec.timing, processes=2, max_processes=2))
+    # the first unit shared its GPU, its re-measure did not, then the second unit did not
+    monkeypatch.setattr(adaptive, "run_unit", _shared_gpu_units(adaptive.run_unit, [1, 0, 0]))
+    m = AdaptiveMeasurement(spec, reference_for=lambda _r: None, timeout_s=300)
+    while not m.done:
+        m.step()
+    result = m.result()
+    assert result.status == "ok", result.reason
+    assert result.evidence["adaptive"]["gpu_remeasured"] == [1]
+    assert [p["gpu_processes"]["newer"] for p in result.evidence["processes"]] == [0, 0]
+
+
+@pytest.mark.slow
+def test_a_gpu_shared_for_good_is_measured_again_as_often_as_allowed_then_kept(
+        tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = tiny_spec()
+    spec = replace(spec, timing=replace(spec.timing, processes=2, max_processes=2))
+    monkeypatch.setattr(adaptive, "run_unit", _shared_gpu_units(adaptive.run_unit, [1] * 9))
+    m = AdaptiveMeasurement(spec, reference_for=lambda _r: None, timeout_s=300)
+    while not m.done:
+        m.step()
+    result = m.result()
+    assert result.status == "ok", result.reason
+    assert len(result.evidence["adaptive"]["gpu_remeasured"]) == LOAD_REMEASURES
+    assert [p["gpu_processes"]["newer"] for p in result.evidence["processes"]] == [1, 1]
