@@ -404,7 +404,9 @@ class AdaptiveMeasurement:
         (app.detection.notes)."""
         record = one.evidence.get("gpu_processes") if isinstance(one.evidence, dict) else None
         newer = record.get("newer") if isinstance(record, dict) else None
-        if not isinstance(newer, int) or newer <= 0 \
+        # children prepared ahead (benchmarks.prepared) make contexts beside every unit:
+        # measuring again would meet them again, so their units are only marked
+        if not isinstance(newer, int) or newer <= 0 or prepared.active() is not None \
                 or len(self._gpu_remeasured) >= LOAD_REMEASURES:
             return False
         self._gpu_remeasured.append(j + 1)

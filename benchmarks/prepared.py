@@ -25,9 +25,13 @@ Off by default (`SPEEDWATCH_PREPARE_AHEAD`, 0): even with the others stopped whi
 times, on an H200 some processes of the four-cell demo timed both sides about 12% faster
 than every other process (eager 0.90 ms against 1.02 ms at batch 1), at full clocks and
 with no throttling, which no process timed one at a time ever did; the batch-1 cells'
-half-widths grew from 0.03-0.20% to 0.6-3.4%. Until that is understood, a process times
-as it always did, after preparing alone. N children alive at once (N >= 2, the timing one
-included) turns it on, for runs where time matters more than those intervals.
+half-widths grew from 0.03-0.20% to 0.6-3.4%. The cause, measured later on an H200: a
+process's CUDA-graph replays run about 0.12 ms faster a call once another process makes a
+CUDA context on its GPU after its own (benchmarks.fingerprint.newer_gpu_processes), and
+children preparing ahead make theirs while earlier ones wait for their turn. So a process
+times as it always did, after preparing alone; the GPU guard (benchmarks.adaptive)
+measures again a unit that saw a newer context. N children alive at once (N >= 2, the
+timing one included) turns it on, for runs where time matters more than comparable levels.
 
 The protocol is a word a line over two pipes (`GATE_ENV` names the child's ends): the
 child says "ready" and waits for "go"; later "quiet", and waits for "go"; then "timed".

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import adaptive, fingerprint
+from benchmarks import adaptive, fingerprint, prepared
 from benchmarks.adaptive import LOAD_REMEASURES, AdaptiveMeasurement
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec
@@ -99,4 +99,21 @@ def test_a_gpu_shared_for_good_is_measured_again_as_often_as_allowed_then_kept(
     result = m.result()
     assert result.status == "ok", result.reason
     assert len(result.evidence["adaptive"]["gpu_remeasured"]) == LOAD_REMEASURES
+    assert [p["gpu_processes"]["newer"] for p in result.evidence["processes"]] == [1, 1]
+
+
+@pytest.mark.slow
+def test_with_children_prepared_ahead_a_shared_unit_is_marked_not_measured_again(
+        tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's own children make contexts beside every unit: measuring again cannot help."""
+    spec = tiny_spec()
+    spec = replace(spec, timing=replace(spec.timing, processes=2, max_processes=2))
+    monkeypatch.setattr(adaptive, "run_unit", _shared_gpu_units(adaptive.run_unit, [1] * 9))
+    with prepared.preparing(2):
+        m = AdaptiveMeasurement(spec, reference_for=lambda _r: None, timeout_s=300)
+        while not m.done:
+            m.step()
+    result = m.result()
+    assert result.status == "ok", result.reason
+    assert "gpu_remeasured" not in result.evidence["adaptive"]
     assert [p["gpu_processes"]["newer"] for p in result.evidence["processes"]] == [1, 1]
