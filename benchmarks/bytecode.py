@@ -26,6 +26,25 @@ PYCACHE_ENV = "SPEEDWATCH_PYCACHE_DIR"
 DEFAULT_DIR = "~/.cache/speedwatch/pycache"
 
 
+def configured_dir(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The directory `PYCACHE_ENV` names, made if need be: None when unset or `off`; a
+    ValueError naming the variable when it cannot be made or written. A worker checks it
+    at start-up (benchmarks.process_settings): a measuring process could only fall back to
+    compiling every module from source, and say so in a log nobody reads."""
+    value = (environ if environ is not None else os.environ).get(PYCACHE_ENV, "").strip()
+    if not value or value.lower() == "off":
+        return None
+    path = Path(value).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{PYCACHE_ENV}={value!r}: the directory cannot be made "
+                         f"({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{PYCACHE_ENV}={value!r}: the directory is not writable")
+    return path
+
+
 def keep_bytecode(environ: Mapping[str, str] | None = None) -> str | None:
     """Have this interpreter keep bytecode in Speedwatch's directory when it keeps none;
     the directory, or None when the interpreter is left as it was."""

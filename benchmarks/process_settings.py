@@ -4,7 +4,8 @@ Each is read where it takes effect: how a benchmark process starts
 (`SPEEDWATCH_FORK_SERVER`, `SPEEDWATCH_FORK_PRELOAD`), how many prepare ahead
 (`SPEEDWATCH_PREPARE_AHEAD`), how large the build cache may grow
 (`SPEEDWATCH_BUILD_CACHE_MAX_BYTES`), whether frozen inductor builds are kept as their
-programs (`SPEEDWATCH_INDUCTOR_PROGRAMS`). Read only there, a typo stopped a worker's first
+programs (`SPEEDWATCH_INDUCTOR_PROGRAMS`), where bytecode is kept
+(`SPEEDWATCH_PYCACHE_DIR`). Read only there, a typo stopped a worker's first
 cell, minutes after the worker seemed to start well. A worker asks here first and refuses
 to start with the variable's name instead.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from benchmarks import build_cache, forkserver, prepared
+from benchmarks import build_cache, bytecode, forkserver, prepared
 from benchmarks.backends import inductor_program
 
 _CHECKS: tuple[Callable[[], object], ...] = (
@@ -22,6 +23,7 @@ _CHECKS: tuple[Callable[[], object], ...] = (
     prepared.ahead_setting,
     build_cache.max_bytes,
     inductor_program.enabled,
+    bytecode.configured_dir,
 )
 
 
