@@ -32,7 +32,7 @@ import os
 import platform
 import sys
 from functools import lru_cache
-from importlib import metadata
+from importlib import machinery, metadata
 from pathlib import Path
 from typing import Any
 
@@ -84,20 +84,24 @@ def _installed() -> tuple[dict[str, str], dict[str, set[str]]]:
 
 def _top_level_names(declared: str | None, record: str) -> set[str]:
     """The import names a distribution provides: its top_level.txt where it has one, else
-    the first part of each file it installed (a module file's own name), as
-    `importlib.metadata.packages_distributions` infers them."""
+    the first part of each code file it installed (a module file's own name), as
+    `importlib.metadata.packages_distributions` infers them. Stubs (`.pyi`) and data are
+    not code a process runs: a stubs package names no module."""
     if declared and declared.strip():
         return set(declared.split())
     names = set()
     for line in record.splitlines():
         path = line.split(",", 1)[0].strip().strip('"')
-        if not path:
+        if not path.endswith(_CODE_SUFFIXES):
             continue
         first, _, rest = path.partition("/")
         name = first if rest else (inspect.getmodulename(first) or first)
-        if "." not in name and name:
+        if name and "." not in name:
             names.add(name)
     return names
+
+
+_CODE_SUFFIXES = (".py", *machinery.EXTENSION_SUFFIXES)
 
 
 @lru_cache(maxsize=1)
