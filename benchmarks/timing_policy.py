@@ -242,6 +242,20 @@ def default_sides(device: str) -> str:
     return "paired" if device == "cuda" else "split"
 
 
+def split_refused(sides: str | None, device: str) -> str | None:
+    """Why `sides` cannot serve a cell on `device`, or None. Split sides are for CPU cells:
+    on a GPU the two sides' processes share it, and a process's CUDA graphs run faster once
+    another process makes a CUDA context on its GPU (eager ResNet50 at batch 1: 1.011 to
+    0.893 ms on an H200, benchmarks.fingerprint.newer_gpu_processes), so the side whose
+    context came first would be timed in another state than the other."""
+    if sides != "split" or device == "cpu":
+        return None
+    return ("split is for CPU cells: on a GPU the two sides' processes would share it, and "
+            "a process's CUDA graphs run up to 12% faster once another process makes a CUDA "
+            "context on its GPU, so one side would be timed in another state; on a GPU "
+            "both sides share each process (paired)")
+
+
 def default_timing(device: str) -> TimingPolicy:
     """The timing a cell gets when nobody says otherwise (service cells, `speedwatch bench`).
 

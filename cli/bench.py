@@ -179,7 +179,7 @@ def register(cli: typer.Typer) -> None:
         from dataclasses import replace
 
         from benchmarks.spec import BenchSpec
-        from benchmarks.timing_policy import default_sides, default_timing
+        from benchmarks.timing_policy import default_sides, default_timing, split_refused
 
         try:
             # a comma list of build modes is measured side by side (build_matrix)
@@ -210,6 +210,9 @@ def register(cli: typer.Typer) -> None:
                 threads = 1
             if threads:
                 options["threads"] = threads
+            refused = split_refused(chosen, device)
+            if refused is not None:
+                raise BadInput(f"--sides split with --device {device}: {refused}")
             if chosen == "split":
                 if not isolate:
                     raise BadInput("--sides split times each side in processes of its own: "

@@ -19,7 +19,7 @@ from typing import Any
 
 import typer
 
-from benchmarks.timing_policy import timing_flag, user_timing_fields
+from benchmarks.timing_policy import split_refused, timing_flag, user_timing_fields
 from cli import project_file
 from cli.client import (
     EXIT_ERROR,
@@ -257,6 +257,9 @@ def demo(
         raise _fail(f"--device: {device!r} is not cpu or cuda")
     if sides is not None and sides not in ("paired", "split"):
         raise _fail(f"--sides: {sides!r} is not paired or split")
+    refused = split_refused(sides, device)
+    if refused is not None:
+        raise _fail(f"--sides split with --device {device}: {refused}")
     _check_timing_flags(timing)
     if not _port_free(host, port):
         raise _fail(f"port {port} on {host} is in use; pass --port")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.schemas.common import (
     ID_MAX,
@@ -20,6 +20,7 @@ from app.schemas.common import (
     WeightsName,
 )
 from benchmarks.result_schema import DOCUMENT_EXAMPLE, BenchResultDocument
+from benchmarks.timing_policy import split_refused
 from benchmarks.timing_schema import optional_timing_field, timing_model
 
 
@@ -91,8 +92,17 @@ class MatrixIn(StrictModel):
         description='"split": each side timed alone in processes of its own, processes of '
         'the two sides alternating (the CPU default: next to a running candidate, eager '
         'measured up to 29% slower); "paired": both sides in every process, rounds '
-        'alternating (the GPU default). A change starts a new series.')
+        'alternating (the GPU default, and the only design on a GPU: two processes on one '
+        'GPU change each other\'s timing). A change starts a new series.')
     timing: TimingIn | None = None
+
+    @field_validator("sides")
+    @classmethod
+    def _split_is_for_cpu(cls, sides: str | None, info: ValidationInfo) -> str | None:
+        refused = split_refused(sides, str(info.data.get("device", "cpu")))
+        if refused is not None:
+            raise ValueError(refused)
+        return sides
 
 
 class RunCreate(StrictModel):

@@ -206,6 +206,9 @@ BAD_REQUESTS = [
     ({"matrix": {"batch_sizes": ["1"]}}, "matrix.batch_sizes[0]", "valid integer"),
     ({"matrix": {"threads": True}}, "matrix.threads", "valid integer"),
     ({"matrix": {"colour": "red"}}, "matrix.colour", "unknown field"),
+    # two processes on one GPU change each other's timing (benchmarks.timing_policy)
+    ({"matrix": {"device": "cuda", "sides": "split"}}, "matrix.sides",
+     "split is for CPU cells"),
     ({"priority": 1}, "priority", "unknown field"),
     ({"revision": ""}, "revision", "at least 1 character"),
     # display spoofing: a right-to-left override, a zero-width space, a C1 control

@@ -62,6 +62,8 @@ def test_bench_runs_the_cross_product_and_writes_json(app: typer.Typer, tmp_path
     (["--shape-mode", "dynamc"], "error: --shape-mode: 'dynamc' is not one of"),
     (["--option", "threads"], "error: --option: 'threads' is not key=value"),
     (["--json", "/nonexistent/dir/out.json"], "error: --json: directory '/nonexistent/dir'"),
+    (["--device", "cuda", "--isolate", "--sides", "split"],
+     "error: --sides split with --device cuda: split is for CPU cells"),
 ])
 def test_bad_input_exits_2_with_one_line(app: typer.Typer, args: list[str], message: str) -> None:
     res = CliRunner().invoke(app, ["bench", *TINY, *args])
