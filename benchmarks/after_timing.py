@@ -25,6 +25,8 @@ def count_kernels(fn: Callable[[], Any], inferences: int = KERNEL_COUNT_INFERENC
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
+    from benchmarks.profile import NOT_KERNELS
+
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "profiler clears events at the end of each cycle"
         fn()
@@ -35,15 +37,17 @@ def count_kernels(fn: Callable[[], Any], inferences: int = KERNEL_COUNT_INFERENC
             torch.cuda.synchronize()
         kernels = [
             e for e in prof.events()
-            if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
+            if e.device_type == DeviceType.CUDA and not e.name.startswith(NOT_KERNELS)
         ]
     return len(kernels) / inferences
 
 
 def side_profiles(sides: dict[str, Callable[[], Any]], compiled: Any, x: torch.Tensor,
-              on_cuda: bool) -> dict[str, Any]:
+                  on_cuda: bool, kernels: dict[str, float] | None = None) -> dict[str, Any]:
     """evidence.profile: each side's profile; evidence.profile_error where one failed (a
-    profile is a bonus: never lose the measurement over it)."""
+    profile is a bonus: never lose the measurement over it). A side profiled through
+    torch.profiler on a GPU also gives its kernels per inference, into `kernels` when
+    given (benchmarks.profile.torch_profile_and_kernels): no second profiler pass."""
     from benchmarks import profile as profiling
 
     out: dict[str, Any] = {}
@@ -53,8 +57,19 @@ def side_profiles(sides: dict[str, Callable[[], Any]], compiled: Any, x: torch.T
         own = compiled.profile if name == "candidate" and compiled is not None else None
         try:
             out[name] = profiling.timed(partial(own, x, n) if own is not None else partial(
-                profiling.torch_profile, fn, on_cuda=on_cuda, inferences=n))
+                _torch_profile, name, fn, on_cuda, n, kernels))
         except Exception as exc:
             errors[name] = one_line(exc)
     return {**({"profile": out} if out else {}),
             **({"profile_error": errors} if errors else {})}
+
+
+def _torch_profile(name: str, fn: Callable[[], Any], on_cuda: bool, inferences: int,
+                   kernels: dict[str, float] | None) -> dict[str, Any]:
+    from benchmarks import profile as profiling
+
+    document, count = profiling.torch_profile_and_kernels(fn, on_cuda=on_cuda,
+                                                          inferences=inferences)
+    if count is not None and kernels is not None:
+        kernels[name] = count
+    return document

@@ -69,11 +69,26 @@ def document(source: str, what: str, inferences: int,
             "total_us": round(total, 3), "entries": entries}
 
 
+# device events that are not kernels: copies and fills (in a profile, as time the model
+# spends; never in a count of kernels launched)
+NOT_KERNELS = ("Memcpy", "Memset")
+
+
 def torch_profile(fn: Callable[[], Any], *, on_cuda: bool,
                   inferences: int | None = None) -> dict[str, Any]:
     """torch.profiler over `inferences` calls of `fn` after one untimed call: the device's
     kernels on a GPU (memcpy and memset included: they are time the model spends), the
     operators' own CPU time on the CPU (self time: the rows add up to the whole)."""
+    return torch_profile_and_kernels(fn, on_cuda=on_cuda, inferences=inferences)[0]
+
+
+def torch_profile_and_kernels(fn: Callable[[], Any], *, on_cuda: bool,
+                              inferences: int | None = None
+                              ) -> tuple[dict[str, Any], float | None]:
+    """`torch_profile`, and on a GPU the kernels launched per inference read from the same
+    events (`NOT_KERNELS` left out, as benchmarks.after_timing.count_kernels counts them):
+    a first process then runs the profiler once per side, not twice (on an H200 each pass
+    cost a cell's first process 0.5-1.5 s)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -91,13 +106,14 @@ def torch_profile(fn: Callable[[], Any], *, on_cuda: bool,
             if on_cuda:
                 torch.cuda.synchronize()
     if on_cuda:
-        rows = [(e.name, kernel_family(e.name), 1.0, float(_device_us(e)))
-                for e in prof.events() if e.device_type == DeviceType.CUDA]
-        return document("torch.profiler", "kernels", n, rows)
+        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        rows = [(e.name, kernel_family(e.name), 1.0, float(_device_us(e))) for e in events]
+        kernels = sum(1 for e in events if not e.name.startswith(NOT_KERNELS)) / n
+        return document("torch.profiler", "kernels", n, rows), kernels
     rows = [(a.key, a.key, float(a.count), float(a.self_cpu_time_total))
             for a in prof.key_averages()
             if a.self_cpu_time_total > 0 and not a.key.startswith(_BOOKKEEPING)]
-    return document("torch.profiler", "operators", n, rows)
+    return document("torch.profiler", "operators", n, rows), None
 
 
 def _device_us(event: Any) -> float:

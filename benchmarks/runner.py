@@ -419,20 +419,23 @@ def _after_timing(spec: BenchSpec, sides: dict[str, Callable[[], Any]], prep: _S
     cause to lose the measurement."""
     # Kernels per inference are the first process's to count: a cell's merged result keeps
     # the first process's evidence (benchmarks.isolation), and the profiler costs a later
-    # process a second or two for a number nobody reads.
+    # process a second or two for a number nobody reads. Each side's profile
+    # (benchmarks.profile), in a pass after the timing, is the first process's too: it
+    # explains a change; it never is one. A side profiled through torch.profiler on a GPU
+    # counts its kernels in that same pass; the others are counted in a pass of their own.
+    counted: dict[str, float] = {}
+    if profiled_here(spec):
+        with _stage("profile"):
+            evidence.update(side_profiles(sides, prep.compiled, prep.x, on_cuda, counted))
+        phases.lap("profile")
     if on_cuda and not spec.options.get(LATER_PROCESS_OPTION):
         try:
             evidence["kernels_per_inference"] = {
-                name: count_kernels(fn) for name, fn in sides.items()}
+                name: counted[name] if name in counted else count_kernels(fn)
+                for name, fn in sides.items()}
         except Exception as exc:  # evidence is a bonus; never lose the measurement over it
             evidence["kernels_per_inference_error"] = one_line(exc)
         phases.lap("kernels")
-    # Each side's profile (benchmarks.profile), in a pass after the timing: the first
-    # process's, like the kernel counts. It explains a change; it never is one.
-    if profiled_here(spec):
-        with _stage("profile"):
-            evidence.update(side_profiles(sides, prep.compiled, prep.x, on_cuda))
-        phases.lap("profile")
     if prep.compiled is not None:
         _add_build_evidence(prep.compiled, spec.timing.builds, evidence)
 

@@ -14,3 +14,7 @@ bash scripts/gpu_run python3 -m cli bench --device cuda --model resnet50 --backe
 # product-path/: the demo and the same software again, caches wiped first
 rm -rf ~/.cache/speedwatch /tmp/torchinductor_*
 bash scripts/gpu_run python3 scripts/gpu_verdicts.py --out $OUT/gv --threshold 0.005 --skip-custom-op
+# kernel-counts/: one process a cell, its profile pass counting the kernels too
+rm -rf ~/.cache/speedwatch /tmp/torchinductor_*
+bash scripts/gpu_run python3 -m cli bench --device cuda --model resnet50 --backend inductor \
+    --weights constant,tensor --precision fp16 --batch 1 --processes 1 --max-processes 1 --json $OUT/kc.json

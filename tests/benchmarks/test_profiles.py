@@ -99,3 +99,19 @@ def test_a_new_kernel_larger_than_the_net_change_is_said_so_not_as_a_share_past_
         ("sm90_gemm", "sm90_gemm", 1, 1000)])
     clause = largest_contributor(diff(base, smaller))
     assert clause is not None and "100% of the change" in clause
+
+
+def test_on_a_cpu_the_profile_pass_counts_no_kernels() -> None:
+    """Kernels per inference are a GPU count (on an H200 the profile pass gives the very
+    counts a pass of its own gave: results/nvidia-h200-2026-11-29-gpu-contexts/)."""
+    import torch
+
+    from benchmarks import profile as profiling
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(2, 8)
+    document, kernels = profiling.torch_profile_and_kernels(lambda: model(x), on_cuda=False,
+                                                            inferences=2)
+    assert kernels is None
+    assert document["what"] == "operators" and document["inferences"] == 2
+    assert any(e["name"].startswith("aten::") for e in document["entries"])
