@@ -4,7 +4,6 @@ change; it never is one."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -20,26 +19,15 @@ def count_kernels(fn: Callable[[], Any], inferences: int = KERNEL_COUNT_INFERENC
     """GPU kernels launched per call of `fn`, from the profiler's device-side events.
 
     Memory copies and memsets are not kernels and are left out; a fused program shows up
-    as fewer kernels per inference, which is the point of the number.
+    as fewer kernels per inference, which is the point of the number. The pass is the GPU
+    profile's (benchmarks.profile.torch_profile_and_kernels), for a side whose profile
+    comes from elsewhere or is not taken.
     """
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from benchmarks.profile import torch_profile_and_kernels
 
-    from benchmarks.profile import NOT_KERNELS
-
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "profiler clears events at the end of each cycle"
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(inferences):
-                fn()
-            torch.cuda.synchronize()
-        kernels = [
-            e for e in prof.events()
-            if e.device_type == DeviceType.CUDA and not e.name.startswith(NOT_KERNELS)
-        ]
-    return len(kernels) / inferences
+    kernels = torch_profile_and_kernels(fn, on_cuda=True, inferences=inferences)[1]
+    assert kernels is not None  # counted on every GPU pass
+    return kernels
 
 
 def side_profiles(sides: dict[str, Callable[[], Any]], compiled: Any, x: torch.Tensor,
