@@ -10,9 +10,7 @@ a slowdown, the harness's test-only candidate fault (a busy-wait on every candid
 from __future__ import annotations
 
 import math
-import os
 import stat
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,7 +22,7 @@ from benchmarks.adaptive import AdaptiveMeasurement, run_adaptive
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec
 from benchmarks.stats import Reference
-from tests.workers.wheels import write_wheel
+from tests.workers.wheels import install_beside
 
 SpecFactory = Callable[..., BenchSpec]
 
@@ -56,13 +54,7 @@ def interpreter(tmp_path: Path, name: str, *, extra_site: Path | None = None,
 
 def unrelated_site(tmp_path: Path) -> Path:
     """A directory holding a really installed package that no benchmark imports."""
-    wheels, site = tmp_path / "wheels", tmp_path / "site"
-    wheels.mkdir()
-    write_wheel(wheels, "swunrelated", "1.0")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
-                    "--no-deps", "--find-links", str(wheels), "--target", str(site),
-                    "swunrelated==1.0"], check=True, env={**os.environ})
-    return site
+    return install_beside(tmp_path, "swunrelated", "1.0")
 
 
 def first_unit(spec: BenchSpec) -> BenchResult:

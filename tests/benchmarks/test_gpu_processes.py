@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from benchmarks import adaptive, fingerprint, prepared
-from benchmarks.adaptive import LOAD_REMEASURES, AdaptiveMeasurement
+from benchmarks.adaptive import LOAD_REMEASURES, run_adaptive
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec
 
@@ -71,17 +71,18 @@ def _shared_gpu_units(real: Callable[..., BenchResult], newer: list[int]) -> Cal
     return run
 
 
+def _two_units(tiny_spec: SpecFactory) -> BenchSpec:
+    spec = tiny_spec()
+    return replace(spec, timing=replace(spec.timing, processes=2, max_processes=2))
+
+
 @pytest.mark.slow
 def test_a_unit_that_saw_a_newer_gpu_process_is_measured_again(
         tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = tiny_spec()
-    spec = replace(spec, timing=replace(spec.timing, processes=2, max_processes=2))
+    spec = _two_units(tiny_spec)
     # the first unit shared its GPU, its re-measure did not, then the second unit did not
     monkeypatch.setattr(adaptive, "run_unit", _shared_gpu_units(adaptive.run_unit, [1, 0, 0]))
-    m = AdaptiveMeasurement(spec, reference_for=lambda _r: None, timeout_s=300)
-    while not m.done:
-        m.step()
-    result = m.result()
+    result = run_adaptive(spec, reference_for=lambda _r: None, timeout_s=300)
     assert result.status == "ok", result.reason
     assert result.evidence["adaptive"]["gpu_remeasured"] == [1]
     assert [p["gpu_processes"]["newer"] for p in result.evidence["processes"]] == [0, 0]
@@ -90,13 +91,9 @@ def test_a_unit_that_saw_a_newer_gpu_process_is_measured_again(
 @pytest.mark.slow
 def test_a_gpu_shared_for_good_is_measured_again_as_often_as_allowed_then_kept(
         tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = tiny_spec()
-    spec = replace(spec, timing=replace(spec.timing, processes=2, max_processes=2))
+    spec = _two_units(tiny_spec)
     monkeypatch.setattr(adaptive, "run_unit", _shared_gpu_units(adaptive.run_unit, [1] * 9))
-    m = AdaptiveMeasurement(spec, reference_for=lambda _r: None, timeout_s=300)
-    while not m.done:
-        m.step()
-    result = m.result()
+    result = run_adaptive(spec, reference_for=lambda _r: None, timeout_s=300)
     assert result.status == "ok", result.reason
     assert len(result.evidence["adaptive"]["gpu_remeasured"]) == LOAD_REMEASURES
     assert [p["gpu_processes"]["newer"] for p in result.evidence["processes"]] == [1, 1]
@@ -106,14 +103,10 @@ def test_a_gpu_shared_for_good_is_measured_again_as_often_as_allowed_then_kept(
 def test_with_children_prepared_ahead_a_shared_unit_is_marked_not_measured_again(
         tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's own children make contexts beside every unit: measuring again cannot help."""
-    spec = tiny_spec()
-    spec = replace(spec, timing=replace(spec.timing, processes=2, max_processes=2))
+    spec = _two_units(tiny_spec)
     monkeypatch.setattr(adaptive, "run_unit", _shared_gpu_units(adaptive.run_unit, [1] * 9))
     with prepared.preparing(2):
-        m = AdaptiveMeasurement(spec, reference_for=lambda _r: None, timeout_s=300)
-        while not m.done:
-            m.step()
-    result = m.result()
+        result = run_adaptive(spec, reference_for=lambda _r: None, timeout_s=300)
     assert result.status == "ok", result.reason
     assert "gpu_remeasured" not in result.evidence["adaptive"]
     assert [p["gpu_processes"]["newer"] for p in result.evidence["processes"]] == [1, 1]

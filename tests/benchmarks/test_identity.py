@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import identity
-from tests.workers.wheels import write_wheel
+from tests.workers.wheels import install_beside
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,12 +34,7 @@ def test_the_same_environment_has_the_same_identity_in_every_process() -> None:
 def test_a_package_installed_beside_changes_the_identity_and_is_named(tmp_path: Path) -> None:
     """A real wheel installed by pip into a directory on the path: off the timed path, yet
     other software, so the identities differ and the difference names it."""
-    wheels, target = tmp_path / "wheels", tmp_path / "site"
-    wheels.mkdir()
-    write_wheel(wheels, "swunrelated", "1.0")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
-                    "--no-deps", "--find-links", str(wheels), "--target", str(target),
-                    "swunrelated==1.0"], check=True)
+    target = install_beside(tmp_path, "swunrelated", "1.0")
     before, after = environment_of(), environment_of(target)
     assert before["environment"] != after["environment"]
     assert identity.differences(before, after) == ["+ swunrelated 1.0"]
@@ -49,12 +44,8 @@ def test_a_rebuilt_distribution_of_the_same_version_is_other_software(tmp_path: 
     """Same version number, other files: the RECORD hash tells them apart."""
     sites = []
     for n, slow in enumerate((0.0, 0.5)):
-        wheels, target = tmp_path / f"wheels{n}", tmp_path / f"site{n}"
-        wheels.mkdir()
-        write_wheel(wheels, "swrebuilt", "2.0", slow_candidate=slow)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
-                        "--no-deps", "--find-links", str(wheels), "--target", str(target),
-                        "swrebuilt==2.0"], check=True)
+        target = install_beside(tmp_path / f"release{n}", "swrebuilt", "2.0",
+                                slow_candidate=slow)
         sites.append(environment_of(target))
     assert sites[0]["environment"] != sites[1]["environment"]
     assert identity.differences(sites[0], sites[1]) == ["swrebuilt 2.0 rebuilt"]
@@ -97,12 +88,7 @@ def test_the_distributions_a_process_loaded_are_those_importlib_names_for_its_mo
 
 def test_a_process_that_never_imports_a_package_does_not_count_it_loaded(
         tmp_path: Path) -> None:
-    wheels, target = tmp_path / "wheels", tmp_path / "site"
-    wheels.mkdir()
-    write_wheel(wheels, "swunrelated", "1.0")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
-                    "--no-deps", "--find-links", str(wheels), "--target", str(target),
-                    "swunrelated==1.0"], check=True)
+    target = install_beside(tmp_path, "swunrelated", "1.0")
     script = ("import json, sys\nfrom benchmarks import identity\n"
               "if sys.argv[1] == 'import':\n    import swunrelated\n"
               "print(json.dumps(sorted(identity.loaded_distributions())))")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -48,6 +50,19 @@ def write_wheel(directory: Path, name: str, version: str, slow_candidate: float 
             wheel.writestr(member, data)
         wheel.writestr(f"{dist_info}/RECORD", record)
     return path
+
+
+def install_beside(directory: Path, name: str, version: str,
+                   slow_candidate: float = 0.0) -> Path:
+    """A release of `name` really installed by pip into `directory`/site (its wheel written
+    into `directory`/wheels): a directory to put on a child's path. `directory` is new."""
+    wheels, site = directory / "wheels", directory / "site"
+    wheels.mkdir(parents=True)
+    write_wheel(wheels, name, version, slow_candidate=slow_candidate)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
+                    "--no-deps", "--find-links", str(wheels), "--target", str(site),
+                    f"{name}=={version}"], check=True)
+    return site
 
 
 def write_releases(directory: Path, name: str, versions: Iterable[str],
