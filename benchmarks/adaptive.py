@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from benchmarks import host, identity, paired_units, prepared, stats
+from benchmarks import host, identity, launch_state, paired_units, prepared, stats
 from benchmarks.children import (
     LOAD_REMEASURES,
     LOAD_WAIT_S,
@@ -21,12 +21,13 @@ from benchmarks.children import (
     process_spec,
     unit_key,
 )
-from benchmarks.merging import host_load_of, merge_processes
+from benchmarks.merging import host_load_of, merge_processes, process_record
 from benchmarks.result import BenchResult, ResultError
 from benchmarks.result_schema import (
     AdaptiveEvidence,
     BaselineProcess,
     ComparisonEvidence,
+    LaunchStates,
     Resolvable,
 )
 from benchmarks.spec import BenchSpec, SpecError
@@ -36,6 +37,8 @@ from benchmarks.timing_policy import TimingPolicy
 from benchmarks.vocabulary import AdaptiveMode, StoppedBy
 
 ReferenceFor = Callable[[BenchResult], "stats.Reference | None"]
+# devices whose processes time in kernel-launch states (benchmarks.launch_state)
+LAUNCH_STATE_DEVICES = ("cuda",)
 
 
 def run_adaptive(
@@ -184,15 +187,18 @@ class AdaptiveMeasurement:
         self._walls.append(time.monotonic() - began)
         if j == 0:
             self._look_up_reference(one)
-        if len(self._results) < self._k_min:
+        pooled = self._pooled()
+        # units set aside in another launch state count against the guards' allowance
+        if len(pooled) < self._k_min \
+                and len(self._results) < max(self._k_min + LOAD_REMEASURES, self._k_max):
             return
         self._allocate()
         if self._mode == "interleaved":
             return  # decided after the baseline's unit of this turn
         try:
-            self._merged = self._merge(self._results)
+            self._merged = self._merge(pooled)
         except (stats.StatsError, ResultError) as exc:
-            self._final = failed_result(spec, f"merging {len(self._results)} processes: {exc}", "",
+            self._final = failed_result(spec, f"merging {len(pooled)} processes: {exc}", "",
                                   self._started)
             return
         policy = spec.timing
@@ -396,6 +402,22 @@ class AdaptiveMeasurement:
         host.wait_for_quiet(threshold, LOAD_WAIT_S)
         return True
 
+    def _launch_split(self) -> launch_state.LaunchSplit | None:
+        """The cell's processes in two kernel-launch states (benchmarks.launch_state), on a
+        GPU, where every unit counted its kernels."""
+        if self.spec.device not in LAUNCH_STATE_DEVICES:
+            return None
+        units = [_unit_times(r) for r in self._results]
+        if any(u is None for u in units):
+            return None
+        return launch_state.split([u for u in units if u is not None])
+
+    def _pooled(self) -> list[BenchResult]:
+        """The units the cell's speedup pools: those in the slower launch state where its
+        processes show two (the others are kept in `evidence.launch_states`), else all."""
+        split = self._launch_split()
+        return self._results if split is None else [self._results[j] for j in split.slower]
+
     def _gpu_shared(self, one: BenchResult, j: int) -> bool:
         """The GPU guard: a unit during which another process made a CUDA context on its
         GPU timed a GPU in another state than a process alone finds it
@@ -430,7 +452,7 @@ class AdaptiveMeasurement:
         comparison of two such measurements reaches (one interleaved comparison: its
         pairs), from the cell's own unit variance and timing per unit."""
         budget = self.spec.timing.budget_seconds
-        units = [r for r in self._results if r.speedup is not None]
+        units = [r for r in self._pooled() if r.speedup is not None]
         if budget <= 0 or len(units) < 2:
             return None
         per_unit = timing_seconds(units) / len(units)
@@ -512,9 +534,30 @@ class AdaptiveMeasurement:
                 pairs=self._comparison.pairs,
                 threshold=reference.threshold,
             ), unless_none=("shared_baseline_side",))
+        split = self._launch_split()
+        if split is not None:
+            merged.evidence["launch_states"] = written(LaunchStates.model_validate({
+                "shift_us_per_kernel": round(split.shift_us, 4),
+                "pooled": [j + 1 for j in split.slower],
+                "set_aside": [j + 1 for j in split.faster],
+                "set_aside_processes": [process_record(self._results[j])
+                                        for j in split.faster]}))
         if self._remeasured and isinstance(merged.fingerprint.get("host_load"), dict):
             merged.fingerprint["host_load"]["remeasured"] = self._remeasured
         self._final = merged
+
+
+def _unit_times(unit: BenchResult) -> launch_state.UnitTimes | None:
+    """A unit's sides' medians and kernel counts, or None where it lacks one."""
+    kernels = unit.evidence.get("kernels_per_inference") if isinstance(unit.evidence, dict) \
+        else None
+    if not isinstance(kernels, dict) or unit.baseline is None or unit.candidate is None:
+        return None
+    base, cand = kernels.get("baseline"), kernels.get("candidate")
+    if not isinstance(base, (int, float)) or not isinstance(cand, (int, float)):
+        return None
+    return launch_state.UnitTimes(unit.baseline.median_ms, unit.candidate.median_ms,
+                                  float(base), float(cand))
 
 
 def _shared_baseline_side(units: list[BenchResult]) -> str | None:

@@ -45,7 +45,7 @@ def merge_processes(
     )
     base = [rd for r in results for rd in r.baseline_samples_ms]
     cand = [rd for r in results for rd in r.candidate_samples_ms]
-    per_process = [_process_record(r) for r in results]
+    per_process = [process_record(r) for r in results]
     evidence = dict(first.evidence)
     if isinstance(evidence.get("timing"), dict):
         timing = dict(evidence["timing"])
@@ -87,7 +87,7 @@ def merge_processes(
 _Part = TypeVar("_Part", bound=BaseModel)
 
 
-def _process_record(r: BenchResult) -> dict[str, Any]:
+def process_record(r: BenchResult) -> dict[str, Any]:
     """One process's line in the merged result's `evidence.processes`, made as the schema's
     part (result_schema.ProcessEvidence): the process's own sides, build and phases records
     as it wrote them."""

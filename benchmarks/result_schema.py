@@ -288,6 +288,16 @@ class ProcessEvidence(Open):
     process_start: Literal["forked", "fresh"] | None = None
 
 
+class LaunchStates(Open):
+    """A GPU cell whose processes timed in two kernel-launch states (benchmarks.launch_state):
+    the speedup pools the slower state's; the others are kept here, whole."""
+
+    shift_us_per_kernel: NonNegative
+    pooled: Annotated[list[Count], Field(max_length=MAX_PROCESSES)]
+    set_aside: Annotated[list[Count], Field(max_length=MAX_PROCESSES)]
+    set_aside_processes: Annotated[list[ProcessEvidence], Field(max_length=MAX_PROCESSES)]
+
+
 class Resolvable(Open):
     """The smallest change the runner decides at the cell's budget (a comparison's
     half-width), from the cell's own unit variance."""
@@ -376,6 +386,7 @@ class EvidenceDocument(Open):
     sides: SidesEvidence | None = None
     adaptive: AdaptiveEvidence | None = None
     comparison: ComparisonEvidence | None = None
+    launch_states: LaunchStates | None = None
 
 
 class NvmlReading(Open):

@@ -54,6 +54,9 @@ def measurement_notes(result: BenchResult) -> list[str]:
     shared = gpu_shared_note(result)
     if shared:
         notes.append(shared)
+    states = launch_state_note(result)
+    if states:
+        notes.append(states)
     return notes
 
 
@@ -118,6 +121,21 @@ def gpu_shared_note(result: BenchResult) -> str | None:
             f"{f' ({len(again)} re-measured)' if again else ''}; a newer context shortens "
             "every kernel launch of a CUDA graph (eager ResNet50 at batch 1 ran 12% faster "
             "on an H200), so these are not the timings of a process alone on its GPU")
+
+
+def launch_state_note(result: BenchResult) -> str | None:
+    """The processes a GPU cell set aside because they timed in the faster kernel-launch
+    state (benchmarks.launch_state), in words."""
+    states = stored_evidence(result.evidence).launch_states
+    if states is None or not states.set_aside:
+        return None
+    units = ", ".join(str(u) for u in states.set_aside)
+    total = len(states.set_aside) + len(states.pooled)
+    return (f"launch state: process{'es' if len(states.set_aside) > 1 else ''} {units} of "
+            f"{total} launched every kernel {states.shift_us_per_kernel:.2f} us faster on "
+            "both sides, a state of the GPU's launch path rather than of the software; the "
+            f"speedup pools the other {len(states.pooled)} "
+            "(evidence.launch_states keeps the set-aside ones)")
 
 
 def _host_load(result: BenchResult) -> HostLoadRecord | None:

@@ -1,0 +1,98 @@
+"""Which processes of a GPU cell timed in another kernel-launch state than the others.
+
+A GPU process's CUDA-graph replays run in one of two states, for reasons outside the
+software measured: in the faster one every kernel launch is about 0.35 us shorter, on both
+sides alike. On two H200s of one host with one worker per GPU, 27 of one run's 65
+processes timed in the faster state (eager ResNet50 at batch 1: 0.91 ms against 1.03;
+batch 8: 7.6% faster); with one worker, none of 49 did. The shift per kernel came out
+0.33-0.38 us in every such process, on eager and on the compiled side, at batch 1 to 64
+(results/nvidia-h200x2-2026-11-29-fleet-16cells/). On one H200, a process moved into the
+faster state when another process made a CUDA context on its GPU
+(benchmarks.fingerprint.newer_gpu_processes).
+
+A speedup pools a cell's processes; pooled across states, a cell's interval grew to
++-1-2% and its value moved by up to 3.5% with the mix. So a cell pools the processes of
+one state, the slower one (the state every process of the one-worker run had), and keeps
+the others in its evidence (benchmarks.adaptive). The states are told apart by their
+signature: both sides faster by the same time per kernel launched (each side's own count,
+`evidence.kernels_per_inference`), a shift no change of the software or of the GPU's clocks
+makes (those scale each side's time, not its number of kernels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# The window of per-kernel shifts read as another launch state, in microseconds: measured
+# 0.33-0.38 us on H200s; the spread of a side's median between processes in one state was
+# under 0.01 us a kernel at batch 1 and under 0.03 us at batch 64.
+MIN_SHIFT_US = 0.1
+MAX_SHIFT_US = 1.0
+# how far the two sides' per-kernel shifts may differ, relative to the larger one
+SIDES_AGREE = 0.3
+
+
+@dataclass(frozen=True)
+class UnitTimes:
+    """One process's median time per call of each side, and each side's kernels per call."""
+
+    baseline_ms: float
+    candidate_ms: float
+    baseline_kernels: float
+    candidate_kernels: float
+
+
+@dataclass(frozen=True)
+class LaunchSplit:
+    """A cell whose processes timed in two launch states."""
+
+    slower: tuple[int, ...]  # indices of the processes in the slower state (pooled)
+    faster: tuple[int, ...]  # indices of the processes in the faster one (set aside)
+    shift_us: float  # the faster ones' median shift per kernel, both sides together
+
+
+def shift_us(unit: UnitTimes, reference: UnitTimes) -> tuple[float, float]:
+    """How much shorter each kernel of `unit` ran than `reference`'s, per side, in us."""
+    return ((reference.baseline_ms - unit.baseline_ms) * 1000 / unit.baseline_kernels,
+            (reference.candidate_ms - unit.candidate_ms) * 1000 / unit.candidate_kernels)
+
+
+def in_faster_state(unit: UnitTimes, reference: UnitTimes) -> bool:
+    """Whether `unit` bears the faster state's signature against `reference`: both sides
+    shorter by the same time per kernel, inside the window."""
+    base, cand = shift_us(unit, reference)
+    return (MIN_SHIFT_US <= base <= MAX_SHIFT_US and MIN_SHIFT_US <= cand <= MAX_SHIFT_US
+            and abs(base - cand) <= SIDES_AGREE * max(base, cand))
+
+
+def split(units: Sequence[UnitTimes]) -> LaunchSplit | None:
+    """The cell's two launch states, or None where its processes do not show two (or a
+    count is missing: nothing to tell them apart by).
+
+    Against the process whose kernels ran slowest (both sides' time per kernel counted
+    together), the processes bearing the faster state's signature are in the faster state;
+    then once more against the middle one of the rest, so that one slow process cannot
+    stand for its state. The slower state must hold two processes at least: a lone slow
+    process may be one slowed by something else (a clock, a co-tenant), and pooling it
+    alone would be precise and wrong; the cell then pools every process, as without
+    states, and its interval shows the spread."""
+    if len(units) < 3 or any(u.baseline_kernels <= 0 or u.candidate_kernels <= 0
+                             for u in units):
+        return None
+
+    def per_kernel(j: int) -> float:
+        u = units[j]
+        return (u.baseline_ms + u.candidate_ms) / (u.baseline_kernels + u.candidate_kernels)
+
+    reference = max(range(len(units)), key=per_kernel)
+    for _ in range(2):
+        faster = [j for j, u in enumerate(units) if in_faster_state(u, units[reference])]
+        slower = sorted((j for j in range(len(units)) if j not in faster), key=per_kernel)
+        if len(slower) < 2 or not faster:
+            return None
+        reference = slower[len(slower) // 2]
+    shifts = sorted(sum(shift_us(units[j], units[reference])) / 2 for j in faster)
+    middle = len(shifts) // 2
+    median = shifts[middle] if len(shifts) % 2 else (shifts[middle - 1] + shifts[middle]) / 2
+    return LaunchSplit(slower=tuple(sorted(slower)), faster=tuple(faster), shift_us=median)
