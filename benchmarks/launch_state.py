@@ -96,3 +96,24 @@ def split(units: Sequence[UnitTimes]) -> LaunchSplit | None:
     middle = len(shifts) // 2
     median = shifts[middle] if len(shifts) % 2 else (shifts[middle - 1] + shifts[middle]) / 2
     return LaunchSplit(slower=tuple(sorted(slower)), faster=tuple(faster), shift_us=median)
+
+
+def between_runs(new: UnitTimes, old: UnitTimes) -> float | None:
+    """How much shorter each of eager's kernels ran in `new` than in `old` (us; negative:
+    longer), where that is a launch state's shift: eager launched as many kernels in both
+    and moved by 0.1-1.0 us a kernel. The caller checks that eager ran the same software in
+    both; a cell whose every process timed in one state shows its state only against
+    another run."""
+    if new.baseline_kernels <= 0 \
+            or abs(new.baseline_kernels - old.baseline_kernels) > 0.01 * old.baseline_kernels:
+        return None
+    shift = (old.baseline_ms - new.baseline_ms) * 1000 / new.baseline_kernels
+    return shift if MIN_SHIFT_US <= abs(shift) <= MAX_SHIFT_US else None
+
+
+def in_other_state(unit: UnitTimes, shift_us: float) -> float:
+    """The factor by which `unit`'s speedup moves when every kernel of both its sides runs
+    `shift_us` longer (the other state's time)."""
+    base = unit.baseline_ms + shift_us * unit.baseline_kernels / 1000
+    cand = unit.candidate_ms + shift_us * unit.candidate_kernels / 1000
+    return (base / cand) / (unit.baseline_ms / unit.candidate_ms)

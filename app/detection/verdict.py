@@ -41,6 +41,7 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
+from app.detection import launch_states
 from app.detection.notes import (
     in_session_comparison,
     inconclusive_cause,
@@ -288,6 +289,7 @@ def judge_cell(
             )
         except VerdictError as exc:
             return CellVerdict("error", (*reasons, f"cannot judge the samples: {exc}"))
+        speed = launch_states.between_runs(result, baseline, speed, threshold) or speed
         reasons.extend(speed.reasons)
     same = same_software_note(result, baseline, speed)
     if same is not None and not accuracy:
