@@ -19,6 +19,8 @@ from benchmarks import identity, launch_state
 from benchmarks.result import BenchResult
 from benchmarks.stats import classify_ratio
 
+PREFIX = "launch state: "  # a reason of this module's; kept where the same software is judged
+
 
 def unit_times(result: BenchResult) -> launch_state.UnitTimes | None:
     """A result's sides' pooled medians and kernel counts, or None where it lacks one."""
@@ -61,7 +63,7 @@ def between_runs(result: BenchResult, baseline: Baseline | None, speed: CellVerd
     moved = RatioEstimate(est.ratio * factor, est.ci_low * factor, est.ci_high * factor,
                           est.confidence, est.new_speedup * factor, est.baseline_speedup)
     rule = classify_ratio(moved.ratio, moved.ci_low, moved.ci_high, threshold)
-    state = (f"launch state: eager, the same software in both runs, ran every kernel "
+    state = (f"{PREFIX}eager, the same software in both runs, ran every kernel "
              f"{abs(shift):.2f} us {'faster' if shift > 0 else 'slower'} than in "
              f"{baseline.description}, as a GPU process in the other kernel-launch state "
              f"does; in the baseline's state this run's speedup would be "

@@ -296,7 +296,8 @@ def judge_cell(
         # Nothing that decides the code changed: the measured difference is the host's, and
         # the speed line (its "not ruled out", its "measure longer") has nothing to judge.
         note, drift = same
-        kept = [r for r in reasons if speed is None or r not in speed.reasons]
+        kept = [r for r in reasons if speed is None or r not in speed.reasons
+                or r.startswith(launch_states.PREFIX)]
         return CellVerdict("pass", (*kept, note, *measurement_notes(result)),
                            speed.ratio if speed else None, False, host_drift=drift)
     reasons.extend(measurement_notes(result))

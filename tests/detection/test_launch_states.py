@@ -96,3 +96,12 @@ def test_a_shift_too_small_for_a_launch_state_is_left_to_the_interval() -> None:
                                 eager / 0.65978 * 1.0003))
     verdict = judge_cell(new, _baseline(), threshold=0.01)
     assert not any(r.startswith("launch state:") for r in verdict.reasons)
+
+
+def test_the_same_software_in_the_other_launch_state_is_the_state_not_the_hosts_drift() -> None:
+    same = replace(FASTER_STATE, fingerprint=SLOWER_STATE.fingerprint)
+    verdict = judge_cell(same, _baseline(), threshold=0.01)
+    assert verdict.verdict == "pass" and not verdict.host_drift
+    assert any(r.startswith("launch state:") for r in verdict.reasons)
+    assert any(r.startswith("same software as") and "the host's, not the code's" in r
+               for r in verdict.reasons)
