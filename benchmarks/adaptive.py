@@ -254,13 +254,22 @@ class AdaptiveMeasurement:
     def _merge(self, results: list[BenchResult]) -> BenchResult:
         spec = self.spec
         if len(results) > 1:
-            return merge_processes(spec, results, started_monotonic=self._started)
-        only = results[0]  # one process: its own result, filed under the cell's spec
-        fp = dict(only.fingerprint)
-        load = host_load_of([only], spec.timing.max_host_load)
-        if load is not None:
-            fp["host_load"] = load
-        return replace(only, spec=spec.to_dict(), evidence=dict(only.evidence), fingerprint=fp)
+            merged = merge_processes(spec, results, started_monotonic=self._started)
+        else:
+            only = results[0]  # one process: its own result, filed under the cell's spec
+            fp = dict(only.fingerprint)
+            load = host_load_of([only], spec.timing.max_host_load)
+            if load is not None:
+                fp["host_load"] = load
+            merged = replace(only, spec=spec.to_dict(), evidence=dict(only.evidence),
+                             fingerprint=fp)
+        first = self._results[0] if self._results else results[0]
+        if results[0] is not first and isinstance(first.evidence, dict):
+            # the cell's first process was set aside (another launch state): what only a
+            # first process records (its kernel counts, its profiles) is still the cell's
+            for key, value in first.evidence.items():
+                merged.evidence.setdefault(key, value)
+        return merged
 
     def _look_up_reference(self, first: BenchResult) -> None:
         """The reference to decide against, and what the first unit's software says of it."""
@@ -405,9 +414,12 @@ class AdaptiveMeasurement:
     def _launch_split(self) -> launch_state.LaunchSplit | None:
         """The cell's processes in two kernel-launch states (benchmarks.launch_state), on a
         GPU, where every unit counted its kernels."""
-        if self.spec.device not in LAUNCH_STATE_DEVICES:
+        if self.spec.device not in LAUNCH_STATE_DEVICES or not self._results:
             return None
-        units = [_unit_times(r) for r in self._results]
+        # only a cell's first process counts its kernels (benchmarks.runner); the others
+        # ran its build, loaded and checked against its fingerprint, or one built alike
+        first = _kernel_counts(self._results[0])
+        units = [_unit_times(r, _kernel_counts(r) or first) for r in self._results]
         if any(u is None for u in units):
             return None
         return launch_state.split([u for u in units if u is not None])
@@ -547,17 +559,24 @@ class AdaptiveMeasurement:
         self._final = merged
 
 
-def _unit_times(unit: BenchResult) -> launch_state.UnitTimes | None:
-    """A unit's sides' medians and kernel counts, or None where it lacks one."""
+def _kernel_counts(unit: BenchResult) -> tuple[float, float] | None:
+    """A unit's kernels per call of each side, where it counted them."""
     kernels = unit.evidence.get("kernels_per_inference") if isinstance(unit.evidence, dict) \
         else None
-    if not isinstance(kernels, dict) or unit.baseline is None or unit.candidate is None:
+    if not isinstance(kernels, dict):
         return None
     base, cand = kernels.get("baseline"), kernels.get("candidate")
     if not isinstance(base, (int, float)) or not isinstance(cand, (int, float)):
         return None
-    return launch_state.UnitTimes(unit.baseline.median_ms, unit.candidate.median_ms,
-                                  float(base), float(cand))
+    return float(base), float(cand)
+
+
+def _unit_times(unit: BenchResult, kernels: tuple[float, float] | None
+                ) -> launch_state.UnitTimes | None:
+    """A unit's sides' medians with the kernel counts given, or None where one is missing."""
+    if kernels is None or unit.baseline is None or unit.candidate is None:
+        return None
+    return launch_state.UnitTimes(unit.baseline.median_ms, unit.candidate.median_ms, *kernels)
 
 
 def _shared_baseline_side(units: list[BenchResult]) -> str | None:
