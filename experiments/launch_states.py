@@ -8,13 +8,22 @@ measurement now does after every process), and pools each cell three ways: every
 faster ones moved by the split's shift per kernel (a correction, for comparison). Each is
 set against the same cell of a reference phase.
 
+`--replay` feeds each cell's stored processes, in the order they ran, to the product's
+adaptive measurement (benchmarks.adaptive, on a GPU spec, the reference phase's result as
+its baseline, the run's own timing policy), as if they came from its children: how many
+processes the rule now in place would have taken, and what it pools. The children's
+measurements are the stored ones, so a cell that would have measured on past what the run
+stored says so ("ran out").
+
     python -m experiments.launch_states DIR/data/speedwatch.db --run 2 --against 1
+    python -m experiments.launch_states DIR/data/speedwatch.db --run 2 --against 1 --replay
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sqlite3
 import statistics
 from typing import Any
@@ -80,14 +89,113 @@ def analyse(cell: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _stored_unit(spec_dict: dict[str, Any], key: str, base: Rounds, cand: Rounds,
+                 record: dict[str, Any], kernels: dict[str, Any] | None) -> Any:
+    from benchmarks.result import BenchResult, Speedup
+
+    evidence: dict[str, Any] = {"timing": {"timing_seconds": record.get("timing_seconds")}}
+    if kernels:
+        evidence["kernels_per_inference"] = kernels  # only a cell's first process counts
+    return BenchResult(
+        series_key=key, spec=spec_dict, status="ok", reason=None,
+        baseline_samples_ms=base, candidate_samples_ms=cand,
+        baseline=stats.summary(base), candidate=stats.summary(cand),
+        speedup=Speedup(record["speedup"], record["ci_low"], record["ci_high"]),
+        evidence=evidence, fingerprint={})
+
+
+def replay(db: sqlite3.Connection, run: int, against: int) -> dict[str, dict[str, Any]]:
+    """Each cell of `run` through the adaptive measurement again, from its stored units."""
+    from dataclasses import replace as dc_replace
+
+    from benchmarks import adaptive
+    from benchmarks.spec import BenchSpec
+
+    rows = db.execute(
+        "select s.key, c.spec, r.evidence, r.baseline_samples_ms, r.candidate_samples_ms "
+        "from results r join series s on s.id = r.series_id join cells c on c.id = r.cell_id "
+        "where r.run_id = ?", (run,))
+    refs = {"/".join(key.split("/")[2:5]): (value, low, high) for key, value, low, high in
+            db.execute("select s.key, r.speedup, r.ci_low, r.ci_high from results r join "
+                       "series s on s.id = r.series_id where r.run_id = ?", (against,))}
+    out: dict[str, dict[str, Any]] = {}
+    real_run_unit = adaptive.run_unit
+    try:
+        for key, spec_json, ev_json, base_json, cand_json in rows:
+            name = "/".join(key.split("/")[2:5])
+            evidence = json.loads(ev_json)
+            spec_dict = json.loads(spec_json)
+            spec = BenchSpec.from_dict(spec_dict)
+            base, cand, i, units = json.loads(base_json), json.loads(cand_json), 0, []
+            for j, record in enumerate(evidence["processes"]):
+                n = record["rounds"]
+                units.append(_stored_unit(spec_dict, key, base[i:i + n], cand[i:i + n], record,
+                                          evidence.get("kernels_per_inference") if j == 0
+                                          else None))
+                i += n
+            feed = iter(units)
+            ran_out: list[bool] = []
+
+            def run_unit(*_a: Any, feed: Any = feed, ran_out: list[bool] = ran_out,
+                         **_k: Any) -> Any:
+                try:
+                    return next(feed)
+                except StopIteration:
+                    ran_out.append(True)
+                    raise RuntimeError("ran out of stored units") from None
+            adaptive.run_unit = run_unit
+            value, low, high = refs[name]
+            reference = stats.Reference(
+                threshold=(evidence["adaptive"].get("threshold") or 0.03), speedup=value,
+                log_half=(math.log(high) - math.log(low)) / 2)
+            def reference_for(_r: Any, ref: stats.Reference = reference) -> stats.Reference:
+                return ref
+            measurement = adaptive.AdaptiveMeasurement(
+                dc_replace(spec, device="cuda"), reference_for=reference_for, timeout_s=1.0)
+            try:
+                while not measurement.done:
+                    measurement.step()
+                result = measurement.result()
+                states = result.evidence.get("launch_states") or {}
+                out[name] = {"stored": len(units), "processes": result.evidence["adaptive"]
+                             ["processes"], "stopped_by": result.evidence["adaptive"]
+                             ["stopped_by"], "set_aside": states.get("set_aside", []),
+                             "speedup": result.speedup.value if result.speedup else None,
+                             "ran_out": False}
+            except RuntimeError:
+                out[name] = {"stored": len(units), "processes": len(units), "ran_out": True}
+    finally:
+        adaptive.run_unit = real_run_unit
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("db")
     parser.add_argument("--run", type=int, required=True, help="the phase's run id")
     parser.add_argument("--against", type=int, required=True, help="the reference run id")
     parser.add_argument("--json", help="write the rows here too")
+    parser.add_argument("--replay", action="store_true",
+                        help="each cell's stored processes through the adaptive rule now")
     args = parser.parse_args()
     db = sqlite3.connect(args.db)
+    if args.replay:
+        replayed = replay(db, args.run, args.against)
+        print("| cell | processes stored | processes now | stopped by | set aside |")
+        print("| --- | ---: | ---: | --- | --- |")
+        for name in sorted(replayed):
+            r = replayed[name]
+            print(f"| {name} | {r['stored']} | "
+                  f"{'more than stored' if r['ran_out'] else r['processes']} | "
+                  f"{r.get('stopped_by', '-')} | "
+                  f"{','.join(map(str, r.get('set_aside') or [])) or '-'} |")
+        print(f"\nprocesses: {sum(r['stored'] for r in replayed.values())} stored, "
+              f"{sum(r['processes'] for r in replayed.values() if not r['ran_out'])} now "
+              f"(cells that ran out: {sum(r['ran_out'] for r in replayed.values())})")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(replayed, f, indent=1)
+        return
     mine, reference = cells(db, args.run), cells(db, args.against)
     report = {}
     print("| cell | GPU (ref) | faster / processes | shift us | reference | every process "

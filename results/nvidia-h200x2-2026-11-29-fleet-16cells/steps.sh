@@ -19,3 +19,7 @@ python -m experiments.launch_states /tmp/fleet/data/speedwatch.db --run 2 --agai
 gunzip -c ../nvidia-h200x2-2026-11-28-fleet-16cells/speedwatch.db.gz > /tmp/fleet28.db
 python -m experiments.launch_states /tmp/fleet28.db --run 2 --against 1 \
     --json launch-states-2026-11-28.json > launch-states-2026-11-28.md
+python -m experiments.launch_states /tmp/fleet/data/speedwatch.db --run 2 --against 1 \
+    --replay --json replay.json > replay.md
+python -m experiments.launch_states /tmp/fleet28.db --run 2 --against 1 \
+    --replay --json replay-2026-11-28.json > replay-2026-11-28.md
