@@ -411,9 +411,9 @@ class AdaptiveMeasurement:
         host.wait_for_quiet(threshold, LOAD_WAIT_S)
         return True
 
-    def _launch_split(self) -> launch_state.LaunchSplit | None:
-        """The cell's processes in two kernel-launch states (benchmarks.launch_state), on a
-        GPU, where every unit counted its kernels."""
+    def _launch_states(self) -> launch_state.CellStates | None:
+        """The cell's processes by kernel-launch state (benchmarks.launch_state), on a GPU,
+        where the cell counted its kernels."""
         if self.spec.device not in LAUNCH_STATE_DEVICES or not self._results:
             return None
         # only a cell's first process counts its kernels (benchmarks.runner); the others
@@ -422,13 +422,15 @@ class AdaptiveMeasurement:
         units = [_unit_times(r, _kernel_counts(r) or first) for r in self._results]
         if any(u is None for u in units):
             return None
-        return launch_state.split([u for u in units if u is not None])
+        return launch_state.cell_states(
+            [u for u in units if u is not None],
+            [(r.baseline_samples_ms, r.candidate_samples_ms) for r in self._results])
 
     def _pooled(self) -> list[BenchResult]:
-        """The units the cell's speedup pools: those in the slower launch state where its
-        processes show two (the others are kept in `evidence.launch_states`), else all."""
-        split = self._launch_split()
-        return self._results if split is None else [self._results[j] for j in split.slower]
+        """The units the cell's speedup pools: all but those set aside by launch state (kept
+        in `evidence.launch_states`)."""
+        states = self._launch_states()
+        return self._results if states is None else [self._results[j] for j in states.pooled]
 
     def _gpu_shared(self, one: BenchResult, j: int) -> bool:
         """The GPU guard: a unit during which another process made a CUDA context on its
@@ -546,14 +548,16 @@ class AdaptiveMeasurement:
                 pairs=self._comparison.pairs,
                 threshold=reference.threshold,
             ), unless_none=("shared_baseline_side",))
-        split = self._launch_split()
-        if split is not None:
+        states = self._launch_states()
+        if states is not None:
+            aside = sorted(states.faster + states.changed)
             merged.evidence["launch_states"] = written(LaunchStates.model_validate({
-                "shift_us_per_kernel": round(split.shift_us, 4),
-                "pooled": [j + 1 for j in split.slower],
-                "set_aside": [j + 1 for j in split.faster],
-                "set_aside_processes": [process_record(self._results[j])
-                                        for j in split.faster]}))
+                "shift_us_per_kernel": (None if states.shift_us is None
+                                        else round(states.shift_us, 4)),
+                "pooled": [j + 1 for j in states.pooled],
+                "set_aside": [j + 1 for j in aside],
+                "changed_while_timing": [j + 1 for j in states.changed],
+                "set_aside_processes": [process_record(self._results[j]) for j in aside]}))
         if self._remeasured and isinstance(merged.fingerprint.get("host_load"), dict):
             merged.fingerprint["host_load"]["remeasured"] = self._remeasured
         self._final = merged

@@ -2,16 +2,17 @@
 
 A GPU process's CUDA-graph replays run in one of two states, for reasons outside the
 software measured: in the faster one every kernel launch is about 0.35 us shorter, on both
-sides alike. On two H200s of one host with one worker per GPU, 27 of one run's 65
-processes timed in the faster state (eager ResNet50 at batch 1: 0.91 ms against 1.03;
-batch 8: 7.6% faster); with one worker, none of 49 did. The shift per kernel came out
-0.33-0.38 us in every such process, on eager and on the compiled side, at batch 1 to 64
-(results/nvidia-h200x2-2026-11-29-fleet-16cells/). On one H200, a process moved into the
-faster state when another process made a CUDA context on its GPU
-(benchmarks.fingerprint.newer_gpu_processes).
+sides alike. On two H200s of one host with one worker per GPU, 23 of one run's 86
+processes were in the faster state, 11 for all their timing and 12 from part way through
+(eager ResNet50 at batch 1: 0.91 ms against 1.03; batch 8: 7.6% faster); with one worker,
+none of 49 were. The shift per kernel came out 0.33-0.38 us in every such process, on eager
+and on the compiled side, at batch 1 to 64 (results/nvidia-h200x2-2026-11-29-fleet-16cells/).
+A process moved into it when another process of the host ended after it had captured its
+graphs (benchmarks.launch_gate), or, on one H200, when another made a CUDA context on its
+GPU (benchmarks.fingerprint.newer_gpu_processes).
 
 A speedup pools a cell's processes; pooled across states, a cell's interval grew to
-+-1-2% and its value moved by up to 3.5% with the mix. So a cell pools the processes of
++-0.5-2% and its value moved by up to 3.5% with the mix. So a cell pools the processes of
 one state, the slower one (the state every process of the one-worker run had), and keeps
 the others in its evidence (benchmarks.adaptive). The states are told apart by their
 signature: both sides faster by the same time per kernel launched (each side's own count,
@@ -92,9 +93,7 @@ def split(units: Sequence[UnitTimes]) -> LaunchSplit | None:
         if len(slower) < 2 or not faster:
             return None
         reference = slower[len(slower) // 2]
-    shifts = sorted(sum(shift_us(units[j], units[reference])) / 2 for j in faster)
-    middle = len(shifts) // 2
-    median = shifts[middle] if len(shifts) % 2 else (shifts[middle - 1] + shifts[middle]) / 2
+    median = _median([sum(shift_us(units[j], units[reference])) / 2 for j in faster])
     return LaunchSplit(slower=tuple(sorted(slower)), faster=tuple(faster), shift_us=median)
 
 
@@ -117,3 +116,55 @@ def in_other_state(unit: UnitTimes, shift_us: float) -> float:
     base = unit.baseline_ms + shift_us * unit.baseline_kernels / 1000
     cand = unit.candidate_ms + shift_us * unit.candidate_kernels / 1000
     return (base / cand) / (unit.baseline_ms / unit.candidate_ms)
+
+
+def changed_while_timing(baseline_rounds: Sequence[Sequence[float]],
+                         candidate_rounds: Sequence[Sequence[float]],
+                         kernels: tuple[float, float]) -> bool:
+    """Whether a process's rounds show both states: it changed state while it timed.
+
+    On two H200s of one host, 20 processes of two runs' two-worker phases did, each once,
+    from the slower state to the faster, every time about a second after another GPU's
+    process ended; none of the one-worker phases' 98 processes showed it. Such a process's
+    median lies between the states, and its rounds' spread floors its cell's interval (a
+    cell took six processes for one), so it belongs to neither state."""
+    rounds = [UnitTimes(_median(b), _median(c), *kernels)
+              for b, c in zip(baseline_rounds, candidate_rounds, strict=False) if b and c]
+    return split(rounds) is not None
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+@dataclass(frozen=True)
+class CellStates:
+    """Which of a cell's processes its speedup pools, and which it sets aside."""
+
+    pooled: tuple[int, ...]
+    faster: tuple[int, ...]  # timed wholly in the faster state
+    changed: tuple[int, ...]  # changed state while they timed
+    shift_us: float | None  # the faster ones' shift per kernel, where there are some
+
+
+def cell_states(units: Sequence[UnitTimes],
+                rounds: Sequence[tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]]
+                ) -> CellStates | None:
+    """The processes a cell pools: neither those that changed state while they timed nor,
+    of the rest, those in the faster state (`split`); None where there is nothing to set
+    aside, or where nothing would be left to pool."""
+    changed = tuple(j for j, (u, (base, cand)) in enumerate(zip(units, rounds, strict=True))
+                    if changed_while_timing(base, cand, (u.baseline_kernels,
+                                                         u.candidate_kernels)))
+    rest = [j for j in range(len(units)) if j not in changed]
+    found = split([units[j] for j in rest])
+    if found is None and not changed:
+        return None
+    pooled = tuple(rest) if found is None else tuple(rest[i] for i in found.slower)
+    if not pooled:
+        return None
+    return CellStates(pooled=pooled,
+                      faster=() if found is None else tuple(rest[i] for i in found.faster),
+                      changed=changed, shift_us=None if found is None else found.shift_us)

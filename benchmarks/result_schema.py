@@ -292,9 +292,13 @@ class LaunchStates(Open):
     """A GPU cell whose processes timed in two kernel-launch states (benchmarks.launch_state):
     the speedup pools the slower state's; the others are kept here, whole."""
 
-    shift_us_per_kernel: NonNegative
+    # the faster processes' shift per kernel; null where every set-aside one changed state
+    # while it timed
+    shift_us_per_kernel: NonNegative | None = None
     pooled: Annotated[list[Count], Field(max_length=MAX_PROCESSES)]
     set_aside: Annotated[list[Count], Field(max_length=MAX_PROCESSES)]
+    # those of set_aside whose rounds show both states
+    changed_while_timing: Annotated[list[Count], Field(max_length=MAX_PROCESSES)] | None = None
     set_aside_processes: Annotated[list[ProcessEvidence], Field(max_length=MAX_PROCESSES)]
 
 

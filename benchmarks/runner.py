@@ -40,6 +40,7 @@ from benchmarks import (
     fingerprint,
     host,
     identity,
+    launch_gate,
     prepared,
     stats,
 )
@@ -365,11 +366,20 @@ class _Timed:
 def _time_sides(spec: BenchSpec, fns: dict[str, Callable[[], Any]], prep: _Sides,
                 evidence: dict[str, Any], phases: Phases, on_cuda: bool) -> _Timed:
     """The turn, the capture, the pin and the timing itself."""
-    policy = spec.timing
     # A child started ahead of its turn (benchmarks.prepared) waits here: everything before
     # prepares, everything after times or belongs to the timing (capture, counts, profiles).
     if prepared.wait_for_turn() > 0:
         phases.lap("gate")
+    # no GPU process of the host ends from the capture to the timing's end (launch_gate)
+    with launch_gate.timing() if on_cuda else contextlib.nullcontext() as gate_wait:
+        if gate_wait is not None and gate_wait >= 0.001:
+            phases.lap("launch_gate")
+        return _capture_and_time(spec, fns, prep, evidence, phases, on_cuda)
+
+
+def _capture_and_time(spec: BenchSpec, fns: dict[str, Callable[[], Any]], prep: _Sides,
+                      evidence: dict[str, Any], phases: Phases, on_cuda: bool) -> _Timed:
+    policy = spec.timing
     with _stage("cuda graph capture"):
         timed, graphs = _captured(dict(fns), prep.compiled, on_cuda and policy.cuda_graphs,
                                   evidence)

@@ -17,6 +17,15 @@ stored says so ("ran out").
 
     python -m experiments.launch_states DIR/data/speedwatch.db --run 2 --against 1
     python -m experiments.launch_states DIR/data/speedwatch.db --run 2 --against 1 --replay
+
+`--flips` sets each process's state (set aside as faster, changed while timing, or slower)
+beside what the other GPU's processes did around its capture and timing. A process's phases
+say when its timing ran (`timing_window`, the host's monotonic clock) and how long each
+phase took, not when it exited: its end is taken as its last phase's end plus EXIT_LAG_S,
+its window from CAPTURE_MARGIN_S before its timing window less its capture phase (NVML
+readings sit between the capture and the timing) to the timing window's end.
+
+    python -m experiments.launch_states DIR/data/speedwatch.db --run 2 --against 1 --flips
 """
 
 from __future__ import annotations
@@ -29,9 +38,11 @@ import statistics
 from typing import Any
 
 from benchmarks import stats
-from benchmarks.launch_state import UnitTimes, split
+from benchmarks.launch_state import UnitTimes, cell_states, split
 
 Rounds = list[list[float]]
+EXIT_LAG_S = 0.37  # the median gap from a process's last phase to the flips it caused
+CAPTURE_MARGIN_S = 1.0
 
 
 def cells(db: sqlite3.Connection, run: int) -> dict[str, dict[str, Any]]:
@@ -69,19 +80,23 @@ def analyse(cell: dict[str, Any]) -> dict[str, Any]:
     pairs = [(b, c) for b, c, _ in cell["processes"]]
     units = [UnitTimes(_median(b), _median(c), kernels.get("baseline", 0),
                        kernels.get("candidate", 0)) for b, c in pairs]
-    found = split(units)
+    states = cell_states(units, pairs)
     row: dict[str, Any] = {"gpu": cell["gpu"], "processes": len(pairs), "all": _pool(pairs)}
-    if found is None:
-        row.update(faster=[], slower_state=row["all"], corrected=row["all"], shift_us=None)
+    if states is None:
+        row.update(faster=[], changed=[], slower_state=row["all"], corrected=row["all"],
+                   shift_us=None)
         return row
-    row["faster"] = [j + 1 for j in found.faster]
-    row["shift_us"] = round(found.shift_us, 4)
-    row["slower_state"] = _pool([pairs[j] for j in found.slower])
+    row["faster"] = [j + 1 for j in states.faster]
+    row["changed"] = [j + 1 for j in states.changed]
+    row["shift_us"] = None if states.shift_us is None else round(states.shift_us, 4)
+    row["slower_state"] = _pool([pairs[j] for j in states.pooled])
     moved = []
+    shift = states.shift_us or 0.0
     for j, (b, c) in enumerate(pairs):
-        if j in found.faster:
-            db_, dc = (found.shift_us * kernels["baseline"] / 1000,
-                       found.shift_us * kernels["candidate"] / 1000)
+        if j in states.changed:
+            continue  # neither state: no correction makes it one
+        if j in states.faster:
+            db_, dc = (shift * kernels["baseline"] / 1000, shift * kernels["candidate"] / 1000)
             b = [[x + db_ for x in r] for r in b]
             c = [[x + dc for x in r] for r in c]
         moved.append((b, c))
@@ -169,16 +184,58 @@ def replay(db: sqlite3.Connection, run: int, against: int) -> dict[str, dict[str
     return out
 
 
+def flips(db: sqlite3.Connection, run: int) -> dict[str, int]:
+    """Processes by state, and whether another GPU's process ended, or made its context,
+    inside their window (the module docstring)."""
+    from benchmarks.launch_state import changed_while_timing
+
+    procs = []
+    for cell in cells(db, run).values():
+        kernels = cell["kernels"]
+        counts = (kernels.get("baseline", 0), kernels.get("candidate", 0))
+        units = [UnitTimes(_median(b), _median(c), *counts) for b, c, _ in cell["processes"]]
+        found = split(units)
+        for j, (b, c, record) in enumerate(cell["processes"]):
+            ph, window = record.get("phases") or {}, record["timing_window"]
+            start = window[0] - sum(ph.get(k, 0.0) for k in
+                                    ("start", "identity", "model", "compile", "capture"))
+            state = ("changed while timing" if changed_while_timing(b, c, counts)
+                     else "faster" if found and j in found.faster else "slower")
+            procs.append({
+                "gpu": cell["gpu"], "state": state,
+                "from": window[0] - ph.get("capture", 0.0) - CAPTURE_MARGIN_S, "to": window[1],
+                "context": start + sum(ph.get(k, 0.0) for k in ("start", "identity", "model")),
+                "end": window[1] + sum(ph.get(k, 0.0) for k in ("profile", "kernels",
+                                                                "evidence")) + EXIT_LAG_S})
+    table: dict[str, int] = {}
+    for p in procs:
+        others = [q for q in procs if q["gpu"] != p["gpu"]]
+        ended = any(p["from"] <= q["end"] <= p["to"] for q in others)
+        made = any(p["from"] <= q["context"] <= p["to"] for q in others)
+        key = (f"{p['state']} | {'yes' if ended else 'no'} | {'yes' if made else 'no'}")
+        table[key] = table.get(key, 0) + 1
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("db")
     parser.add_argument("--run", type=int, required=True, help="the phase's run id")
     parser.add_argument("--against", type=int, required=True, help="the reference run id")
     parser.add_argument("--json", help="write the rows here too")
+    parser.add_argument("--flips", action="store_true",
+                        help="each process's state beside the other GPU's processes' ends")
     parser.add_argument("--replay", action="store_true",
                         help="each cell's stored processes through the adaptive rule now")
     args = parser.parse_args()
     db = sqlite3.connect(args.db)
+    if args.flips:
+        print("| state | another GPU's process ended in its window | made a context in it "
+              "| processes |")
+        print("| --- | --- | --- | ---: |")
+        for key, count in sorted(flips(db, args.run).items()):
+            print(f"| {key} | {count} |")
+        return
     if args.replay:
         replayed = replay(db, args.run, args.against)
         print("| cell | processes stored | processes now | stopped by | set aside |")
@@ -189,17 +246,19 @@ def main() -> None:
                   f"{'more than stored' if r['ran_out'] else r['processes']} | "
                   f"{r.get('stopped_by', '-')} | "
                   f"{','.join(map(str, r.get('set_aside') or [])) or '-'} |")
-        print(f"\nprocesses: {sum(r['stored'] for r in replayed.values())} stored, "
-              f"{sum(r['processes'] for r in replayed.values() if not r['ran_out'])} now "
-              f"(cells that ran out: {sum(r['ran_out'] for r in replayed.values())})")
+        now = sum(r["stored"] + 1 if r["ran_out"] else r["processes"]
+                  for r in replayed.values())
+        print(f"\nprocesses: {sum(r['stored'] for r in replayed.values())} stored; now at "
+              f"least {now} (a cell that ran out of stored processes counted at one more "
+              f"than it stored; {sum(r['ran_out'] for r in replayed.values())} did)")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(replayed, f, indent=1)
         return
     mine, reference = cells(db, args.run), cells(db, args.against)
     report = {}
-    print("| cell | GPU (ref) | faster / processes | shift us | reference | every process "
-          "| slower state | corrected |")
+    print("| cell | GPU (ref) | faster; changed while timing / processes | shift us | reference "
+          "| every process | as a cell now pools (slower state) | faster ones corrected |")
     print("| --- | --- | --- | ---: | --- | --- | --- | --- |")
     for name in sorted(mine):
         row = analyse(mine[name])
@@ -212,7 +271,8 @@ def main() -> None:
             return (f"{v['speedup']:.4f} [{v['low']:.4f}, {v['high']:.4f}] "
                     f"{100 * (v['speedup'] / ref['speedup'] - 1):+.2f}%{'' if overlap else ' *'}")
         print(f"| {name} | {row['gpu']} ({reference[name]['gpu']}) | "
-              f"{','.join(map(str, row['faster'])) or '-'} / {row['processes']} | "
+              f"{','.join(map(str, row['faster'])) or '-'}; "
+              f"{','.join(map(str, row['changed'])) or '-'} / {row['processes']} | "
               f"{row['shift_us'] or '-'} | {ref['speedup']:.4f} [{ref['low']:.4f}, "
               f"{ref['high']:.4f}] | {show(row['all'])} | {show(row['slower_state'])} | "
               f"{show(row['corrected'])} |")

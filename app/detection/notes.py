@@ -124,18 +124,30 @@ def gpu_shared_note(result: BenchResult) -> str | None:
 
 
 def launch_state_note(result: BenchResult) -> str | None:
-    """The processes a GPU cell set aside because they timed in the faster kernel-launch
-    state (benchmarks.launch_state), in words."""
+    """The processes a GPU cell set aside by kernel-launch state (benchmarks.launch_state),
+    in words."""
     states = stored_evidence(result.evidence).launch_states
     if states is None or not states.set_aside:
         return None
-    units = ", ".join(str(u) for u in states.set_aside)
+    changed = set(states.changed_while_timing or ())
+    faster = [u for u in states.set_aside if u not in changed]
     total = len(states.set_aside) + len(states.pooled)
-    return (f"launch state: process{'es' if len(states.set_aside) > 1 else ''} {units} of "
-            f"{total} launched every kernel {states.shift_us_per_kernel:.2f} us faster on "
-            "both sides, a state of the GPU's launch path rather than of the software; the "
-            f"speedup pools the other {len(states.pooled)} "
+    parts = []
+    if faster:
+        shift = (f" {states.shift_us_per_kernel:.2f} us"
+                 if states.shift_us_per_kernel is not None else "")
+        parts.append(f"{_processes(faster)} of {total} launched every kernel{shift} faster on "
+                     "both sides")
+    if changed:
+        parts.append(f"{_processes(sorted(changed))} of {total} changed to the faster state "
+                     "while timing")
+    return (f"launch state: {'; '.join(parts)}: a state of the GPU's launch path rather than "
+            f"of the software; the speedup pools the other {len(states.pooled)} "
             "(evidence.launch_states keeps the set-aside ones)")
+
+
+def _processes(units: list[int]) -> str:
+    return f"process{'es' if len(units) > 1 else ''} {', '.join(str(u) for u in units)}"
 
 
 def _host_load(result: BenchResult) -> HostLoadRecord | None:

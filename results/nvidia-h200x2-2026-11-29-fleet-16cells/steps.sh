@@ -23,3 +23,5 @@ python -m experiments.launch_states /tmp/fleet/data/speedwatch.db --run 2 --agai
     --replay --json replay.json > replay.md
 python -m experiments.launch_states /tmp/fleet28.db --run 2 --against 1 \
     --replay --json replay-2026-11-28.json > replay-2026-11-28.md
+python -m experiments.launch_states /tmp/fleet/data/speedwatch.db --run 2 --against 1 --flips > flips.md
+python -m experiments.launch_states /tmp/fleet28.db --run 2 --against 1 --flips > flips-2026-11-28.md

@@ -20,7 +20,7 @@ import pytest
 from app.detection.notes import launch_state_note
 from benchmarks import adaptive, stats
 from benchmarks.adaptive import run_adaptive
-from benchmarks.launch_state import UnitTimes, split
+from benchmarks.launch_state import UnitTimes, changed_while_timing, split
 from benchmarks.result import BenchResult
 from benchmarks.spec import BenchSpec
 
@@ -74,13 +74,54 @@ def test_without_kernel_counts_there_is_nothing_to_tell_states_by() -> None:
     assert split(units) is None
 
 
+WIGGLE = [1.0, 1.0004, 0.9997, 1.0002, 0.9999]  # a GPU round's median moves ~0.03%
+
+
+def _rounds(eager_ms: float, compiled_ms: float, n: int = 40, *, from_round: int = 99,
+            shift_us: tuple[float, float] = (0.35, 0.35), kernels: tuple[float, float] = (347, 124)
+            ) -> tuple[list[list[float]], list[list[float]]]:
+    """A process's rounds at tensor fp16 batch 32 (3.62 and 1.42 ms a call), each kernel
+    `shift_us` shorter from round `from_round` on."""
+    base, cand = [], []
+    for r in range(n):
+        w = WIGGLE[r % len(WIGGLE)]
+        e, c = eager_ms * w, compiled_ms * w
+        if r >= from_round:
+            e -= shift_us[0] * kernels[0] / 1000
+            c -= shift_us[1] * kernels[1] / 1000
+        base.append([e] * 10)
+        cand.append([c] * 10)
+    return base, cand
+
+
+def test_a_process_whose_later_rounds_ran_every_kernel_faster_changed_state_while_timing() -> None:
+    assert changed_while_timing(*_rounds(3.62, 1.42, from_round=24), (347, 124))
+    assert changed_while_timing(*_rounds(3.62, 1.42, from_round=5), (347, 124))
+
+
+def test_rounds_in_one_state_or_shifted_on_one_side_only_did_not() -> None:
+    assert not changed_while_timing(*_rounds(3.62, 1.42), (347, 124))
+    assert not changed_while_timing(*_rounds(3.62, 1.42, from_round=0), (347, 124))
+    assert not changed_while_timing(*_rounds(3.62, 1.42, from_round=20, shift_us=(0.35, 0.0)),
+                                    (347, 124))
+
+
+def test_one_slow_round_is_not_a_state() -> None:
+    """A round slowed by the host (both sides 2% slower) makes the others look faster."""
+    base, cand = _rounds(3.62, 1.42)
+    base[7] = [x * 1.02 for x in base[7]]
+    cand[7] = [x * 1.02 for x in cand[7]]
+    assert not changed_while_timing(base, cand, (347, 124))
+
+
 # 0.35 us a kernel over 10,000 and 4,000 kernels: a CPU child's own spread between processes,
 # even on a saturated host (a fraction of a millisecond), is then a few hundredths of a us a
 # kernel, as a GPU process's is
 SHIFT_MS = {"baseline": 3.5, "candidate": 1.4}
 
 
-def _launch_states(real: Callable[..., BenchResult], faster: set[int]) -> Callable[..., Any]:
+def _launch_states(real: Callable[..., BenchResult], faster: set[int],
+                   changed: frozenset[int] = frozenset()) -> Callable[..., Any]:
     """run_unit whose sides launch 10,000 and 4,000 kernels, counted by the first unit only
     (as a GPU cell's later processes skip the count); every unit but those in `faster`
     (0-based, in the order they run) launches each kernel 0.35 us slower."""
@@ -92,10 +133,14 @@ def _launch_states(real: Callable[..., BenchResult], faster: set[int]) -> Callab
         if call == 0:
             one.evidence["kernels_per_inference"] = {"baseline": 10_000, "candidate": 4_000}
         if call not in faster:
+            # a unit that changed state while it timed ran its later half in the faster one
+            slower = len(one.baseline_samples_ms) // 2 if call in changed else None
             one.baseline_samples_ms = [[x + SHIFT_MS["baseline"] for x in r]
-                                       for r in one.baseline_samples_ms]
+                                       for r in one.baseline_samples_ms[:slower]] \
+                + one.baseline_samples_ms[len(one.baseline_samples_ms[:slower]):]
             one.candidate_samples_ms = [[x + SHIFT_MS["candidate"] for x in r]
-                                        for r in one.candidate_samples_ms]
+                                        for r in one.candidate_samples_ms[:slower]] \
+                + one.candidate_samples_ms[len(one.candidate_samples_ms[:slower]):]
             one.baseline = stats.summary(one.baseline_samples_ms)
             one.candidate = stats.summary(one.candidate_samples_ms)
             one.speedup = stats.speedup_ci(one.baseline_samples_ms, one.candidate_samples_ms)
@@ -155,3 +200,21 @@ def test_a_cell_in_one_launch_state_pools_every_process(
     assert "launch_states" not in result.evidence
     assert len(result.evidence["processes"]) == 3
     assert launch_state_note(result) is None
+
+
+@pytest.mark.slow
+def test_a_process_that_changed_state_while_timing_is_set_aside_too(
+        tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = tiny_spec()
+    spec = replace(spec, timing=replace(spec.timing, processes=3, max_processes=3))
+    monkeypatch.setattr(adaptive, "LAUNCH_STATE_DEVICES", (spec.device,))
+    monkeypatch.setattr(adaptive, "run_unit", _launch_states(adaptive.run_unit, faster=set(),
+                                                             changed=frozenset({1})))
+    result = run_adaptive(spec, reference_for=lambda _r: None, timeout_s=300)
+    assert result.status == "ok", result.reason
+    states = result.evidence["launch_states"]
+    assert states["changed_while_timing"] == [2] and states["set_aside"] == [2]
+    assert states["pooled"] == [1, 3, 4] and states["shift_us_per_kernel"] is None
+    note = launch_state_note(result) or ""
+    assert note.startswith("launch state: process 2 of 4 changed to the faster state while "
+                           "timing"), note
