@@ -43,13 +43,37 @@ def lock_path() -> str | None:
     return value or DEFAULT_LOCK
 
 
+def checked_path() -> str | None:
+    """The lock file, opened once to see that it can be: a ValueError naming the variable
+    where it cannot (a worker checks at start-up, benchmarks.process_settings; a measuring
+    process would only go on without the gate)."""
+    path = lock_path()
+    if path is None:
+        return None
+    fd = _open(path)
+    if fd is None:
+        raise ValueError(f"{LOCK_ENV}={path!r}: the lock file cannot be opened or made "
+                         "(a file this user can read, or off)")
+    os.close(fd)
+    return path
+
+
 def _open(path: str) -> int | None:
+    """The lock file, read-only (flock needs no more); made where it is missing, readable
+    by every user. An existing file is opened without O_CREAT: in a sticky directory such as
+    /tmp, the kernel may refuse O_CREAT on another user's file (fs.protected_regular)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
     except OSError:
         return None
     with contextlib.suppress(OSError):
-        os.chmod(path, 0o666)  # other users' runs on the host share it
+        os.chmod(path, 0o644)
     return fd
 
 

@@ -21,20 +21,23 @@ def test_every_bad_measurement_variable_is_named_at_once(
     monkeypatch.setenv("SPEEDWATCH_INDUCTOR_PROGRAMS", "on")
     # a directory that cannot be made (under a file), which even root cannot do
     monkeypatch.setenv("SPEEDWATCH_PYCACHE_DIR", str(a_file / "pycache"))
+    monkeypatch.setenv("SPEEDWATCH_GPU_TIMING_LOCK", str(a_file / "gpu.lock"))
 
     found = process_settings.problems()
 
-    assert len(found) == 6
+    assert len(found) == 7
     for name in ("SPEEDWATCH_FORK_SERVER", "SPEEDWATCH_FORK_PRELOAD",
                  "SPEEDWATCH_PREPARE_AHEAD", "SPEEDWATCH_BUILD_CACHE_MAX_BYTES",
-                 "SPEEDWATCH_INDUCTOR_PROGRAMS", "SPEEDWATCH_PYCACHE_DIR"):
+                 "SPEEDWATCH_INDUCTOR_PROGRAMS", "SPEEDWATCH_PYCACHE_DIR",
+                 "SPEEDWATCH_GPU_TIMING_LOCK"):
         assert sum(name in line for line in found) == 1, (name, found)
 
 
 def test_the_defaults_are_usable(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("SPEEDWATCH_FORK_SERVER", "SPEEDWATCH_FORK_PRELOAD",
                  "SPEEDWATCH_PREPARE_AHEAD", "SPEEDWATCH_BUILD_CACHE_MAX_BYTES",
-                 "SPEEDWATCH_INDUCTOR_PROGRAMS", "SPEEDWATCH_PYCACHE_DIR"):
+                 "SPEEDWATCH_INDUCTOR_PROGRAMS", "SPEEDWATCH_PYCACHE_DIR",
+                 "SPEEDWATCH_GPU_TIMING_LOCK"):
         monkeypatch.delenv(name, raising=False)
     assert process_settings.problems() == []
 
