@@ -434,13 +434,32 @@ def stored_cells(db_path: Path, revision: str) -> list[dict[str, Any]]:
     for key, status, error, attempts, speedup, low, high, fp, ev, began, ended, dur, comp in rows:
         fingerprint = json.loads(fp) if fp else {}
         evidence = json.loads(ev) if ev else {}
+        states = evidence.get("launch_states") or {}
+        aside = states.get("set_aside_processes") or []
+        gate = [float(p["phases"]["launch_gate"])
+                for p in [*(evidence.get("processes") or []), *aside]
+                if isinstance(p.get("phases"), dict) and "launch_gate" in p["phases"]]
         cells.append({"series_key": key, "status": status, "error": error,
                       "attempts": attempts, "speedup": speedup, "ci": [low, high],
                       "gpu_index": fingerprint.get("gpu_index"),
                       "hostname": fingerprint.get("hostname"), "started_at": began,
                       "finished_at": ended, "duration_s": dur, "compile_s": comp,
-                      "exclusivity": evidence.get("exclusivity")})
+                      "exclusivity": evidence.get("exclusivity"),
+                      "processes": len(evidence.get("processes") or []) + len(aside),
+                      "set_aside": len(aside),
+                      "changed_while_timing": len(states.get("changed_while_timing") or []),
+                      "launch_gate_waits": gate})
     return cells
+
+
+def launch_state_line(cells: list[dict[str, Any]]) -> str:
+    """A phase's processes, those set aside by launch state, and the gate's waits."""
+    waits = sorted(w for c in cells for w in c.get("launch_gate_waits") or [])
+    gate = (f"{len(waits)} waited at the launch gate (median {waits[len(waits) // 2]:.2f} s, "
+            f"longest {waits[-1]:.2f} s)" if waits else "none waited at the launch gate")
+    return (f"processes: {sum(c.get('processes') or 0 for c in cells)}; set aside by launch "
+            f"state: {sum(c.get('set_aside') or 0 for c in cells)} (changed while timing: "
+            f"{sum(c.get('changed_while_timing') or 0 for c in cells)}); {gate}")
 
 
 def _redis_ping(port: int, redis: subprocess.Popen[bytes], out: Path) -> bool:
@@ -478,6 +497,8 @@ def report(summary: dict[str, Any]) -> str:
         ok = sum(1 for c in p["cells"] if c["speedup"])
         lines.append(f"| {name} | {p['workers']} | {p['cores']} | {p['wall_s']} | {ratio} | "
                      f"{ok}/{len(p['cells'])} |")
+    lines.append("")
+    lines += [f"- {name}: {launch_state_line(p['cells'])}" for name, p in widths.items()]
     base = next((p for p in widths.values() if p["workers"] == 1), None)
     if base:
         by_key = {c["series_key"]: c for c in base["cells"]}
