@@ -414,17 +414,9 @@ class AdaptiveMeasurement:
     def _launch_states(self) -> launch_state.CellStates | None:
         """The cell's processes by kernel-launch state (benchmarks.launch_state), on a GPU,
         where the cell counted its kernels."""
-        if self.spec.device not in LAUNCH_STATE_DEVICES or not self._results:
+        if self.spec.device not in LAUNCH_STATE_DEVICES:
             return None
-        # only a cell's first process counts its kernels (benchmarks.runner); the others
-        # ran its build, loaded and checked against its fingerprint, or one built alike
-        first = _kernel_counts(self._results[0])
-        units = [_unit_times(r, _kernel_counts(r) or first) for r in self._results]
-        if any(u is None for u in units):
-            return None
-        return launch_state.cell_states(
-            [u for u in units if u is not None],
-            [(r.baseline_samples_ms, r.candidate_samples_ms) for r in self._results])
+        return launch_state.of_results(self._results)
 
     def _pooled(self) -> list[BenchResult]:
         """The units the cell's speedup pools: all but those set aside by launch state (kept
@@ -561,26 +553,6 @@ class AdaptiveMeasurement:
         if self._remeasured and isinstance(merged.fingerprint.get("host_load"), dict):
             merged.fingerprint["host_load"]["remeasured"] = self._remeasured
         self._final = merged
-
-
-def _kernel_counts(unit: BenchResult) -> tuple[float, float] | None:
-    """A unit's kernels per call of each side, where it counted them."""
-    kernels = unit.evidence.get("kernels_per_inference") if isinstance(unit.evidence, dict) \
-        else None
-    if not isinstance(kernels, dict):
-        return None
-    base, cand = kernels.get("baseline"), kernels.get("candidate")
-    if not isinstance(base, (int, float)) or not isinstance(cand, (int, float)):
-        return None
-    return float(base), float(cand)
-
-
-def _unit_times(unit: BenchResult, kernels: tuple[float, float] | None
-                ) -> launch_state.UnitTimes | None:
-    """A unit's sides' medians with the kernel counts given, or None where one is missing."""
-    if kernels is None or unit.baseline is None or unit.candidate is None:
-        return None
-    return launch_state.UnitTimes(unit.baseline.median_ms, unit.candidate.median_ms, *kernels)
 
 
 def _shared_baseline_side(units: list[BenchResult]) -> str | None:

@@ -22,8 +22,10 @@ makes (those scale each side's time, not its number of kernels).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from benchmarks.result import BenchResult
 
 # The window of per-kernel shifts read as another launch state, in microseconds: measured
 # 0.33-0.38 us on H200s; the spread of a side's median between processes in one state was
@@ -42,6 +44,28 @@ class UnitTimes:
     candidate_ms: float
     baseline_kernels: float
     candidate_kernels: float
+
+
+def kernel_counts(evidence: object) -> tuple[float, float] | None:
+    """A result's kernels per call of each side (`evidence.kernels_per_inference`), where
+    it counted them."""
+    kernels = evidence.get("kernels_per_inference") if isinstance(evidence, Mapping) else None
+    if not isinstance(kernels, Mapping):
+        return None
+    base, cand = kernels.get("baseline"), kernels.get("candidate")
+    if not isinstance(base, (int, float)) or not isinstance(cand, (int, float)):
+        return None
+    return float(base), float(cand)
+
+
+def unit_times(result: BenchResult, kernels: tuple[float, float] | None = None
+               ) -> UnitTimes | None:
+    """A result's sides' medians with its own kernel counts, else `kernels` (a cell's later
+    processes do not count theirs); None where one is missing."""
+    counts = kernel_counts(result.evidence) or kernels
+    if counts is None or result.baseline is None or result.candidate is None:
+        return None
+    return UnitTimes(result.baseline.median_ms, result.candidate.median_ms, *counts)
 
 
 @dataclass(frozen=True)
@@ -168,3 +192,17 @@ def cell_states(units: Sequence[UnitTimes],
     return CellStates(pooled=pooled,
                       faster=() if found is None else tuple(rest[i] for i in found.faster),
                       changed=changed, shift_us=None if found is None else found.shift_us)
+
+
+def of_results(results: Sequence[BenchResult]) -> CellStates | None:
+    """`cell_states` of a cell's unit results, in the order they ran. Only a cell's first
+    process counts its kernels (benchmarks.runner); the others ran its build, loaded and
+    checked against its fingerprint, or one built alike, so they take its counts."""
+    if not results:
+        return None
+    first = kernel_counts(results[0].evidence)
+    units = [unit_times(r, first) for r in results]
+    if any(u is None for u in units):
+        return None
+    return cell_states([u for u in units if u is not None],
+                       [(r.baseline_samples_ms, r.candidate_samples_ms) for r in results])

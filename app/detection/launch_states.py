@@ -22,19 +22,6 @@ from benchmarks.stats import classify_ratio
 PREFIX = "launch state: "  # a reason of this module's; kept where the same software is judged
 
 
-def unit_times(result: BenchResult) -> launch_state.UnitTimes | None:
-    """A result's sides' pooled medians and kernel counts, or None where it lacks one."""
-    evidence = result.evidence if isinstance(result.evidence, Mapping) else {}
-    kernels = evidence.get("kernels_per_inference")
-    if not isinstance(kernels, Mapping) or result.baseline is None or result.candidate is None:
-        return None
-    base, cand = kernels.get("baseline"), kernels.get("candidate")
-    if not isinstance(base, (int, float)) or not isinstance(cand, (int, float)):
-        return None
-    return launch_state.UnitTimes(result.baseline.median_ms, result.candidate.median_ms,
-                                  float(base), float(cand))
-
-
 def _eager_software(result: BenchResult) -> Any:
     software = identity.of(result.fingerprint) or {}
     return (software.get("sides") or {}).get("baseline")
@@ -52,7 +39,7 @@ def between_runs(result: BenchResult, baseline: Baseline | None, speed: CellVerd
     eager = _eager_software(result)
     if spec.get("device") != "cuda" or eager is None or eager != _eager_software(old):
         return None
-    new_times, old_times = unit_times(result), unit_times(old)
+    new_times, old_times = launch_state.unit_times(result), launch_state.unit_times(old)
     if new_times is None or old_times is None:
         return None
     shift = launch_state.between_runs(new_times, old_times)
