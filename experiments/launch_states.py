@@ -38,7 +38,7 @@ import statistics
 from typing import Any
 
 from benchmarks import stats
-from benchmarks.launch_state import UnitTimes, cell_states, split
+from benchmarks.launch_state import UnitTimes, cell_states
 
 Rounds = list[list[float]]
 EXIT_LAG_S = 0.37  # the median gap from a process's last phase to the flips it caused
@@ -187,20 +187,19 @@ def replay(db: sqlite3.Connection, run: int, against: int) -> dict[str, dict[str
 def flips(db: sqlite3.Connection, run: int) -> dict[str, int]:
     """Processes by state, and whether another GPU's process ended, or made its context,
     inside their window (the module docstring)."""
-    from benchmarks.launch_state import changed_while_timing
-
     procs = []
     for cell in cells(db, run).values():
         kernels = cell["kernels"]
         counts = (kernels.get("baseline", 0), kernels.get("candidate", 0))
-        units = [UnitTimes(_median(b), _median(c), *counts) for b, c, _ in cell["processes"]]
-        found = split(units)
-        for j, (b, c, record) in enumerate(cell["processes"]):
+        pairs = [(b, c) for b, c, _ in cell["processes"]]
+        states = cell_states([UnitTimes(_median(b), _median(c), *counts) for b, c in pairs],
+                             pairs)
+        for j, (_b, _c, record) in enumerate(cell["processes"]):
             ph, window = record.get("phases") or {}, record["timing_window"]
             start = window[0] - sum(ph.get(k, 0.0) for k in
                                     ("start", "identity", "model", "compile", "capture"))
-            state = ("changed while timing" if changed_while_timing(b, c, counts)
-                     else "faster" if found and j in found.faster else "slower")
+            state = ("changed while timing" if states and j in states.changed
+                     else "faster" if states and j in states.faster else "slower")
             procs.append({
                 "gpu": cell["gpu"], "state": state,
                 "from": window[0] - ph.get("capture", 0.0) - CAPTURE_MARGIN_S, "to": window[1],
