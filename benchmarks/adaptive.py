@@ -430,8 +430,11 @@ class AdaptiveMeasurement:
         (benchmarks.fingerprint.newer_gpu_processes): measured again, while re-measures
         are left (LOAD_REMEASURES a cell); after that it is kept, and the verdict says so
         (app.detection.notes)."""
-        record = one.evidence.get("gpu_processes") if isinstance(one.evidence, dict) else None
+        evidence = one.evidence if isinstance(one.evidence, dict) else {}
+        record, pin = evidence.get("gpu_processes"), evidence.get("launch_pin") or {}
         newer = record.get("newer") if isinstance(record, dict) else None
+        if "after_us" in pin and not pin.get("error"):  # pinned: stays (launch_pin)
+            return False
         # children prepared ahead (benchmarks.prepared) make contexts beside every unit:
         # measuring again would meet them again, so their units are only marked
         if not isinstance(newer, int) or newer <= 0 or prepared.active() is not None \

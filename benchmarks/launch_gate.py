@@ -7,7 +7,10 @@ from then until its timing was over: 23 of 23 processes with such an end in that
 moved (11 before their timing, 12 during it), 0 of 63 without one, 14 of those with a
 context made on the other GPU in it; on the run before, 11 of 12 and 2 of 53
 (results/nvidia-h200x2-2026-11-29-fleet-16cells/, `python -m experiments.launch_states DB
---run 2 --against 1 --flips`). The gate's own effect is not measured yet.
+--run 2 --against 1 --flips`). With the gate, the same fleet on another two-H200 host moved
+none of 48 two-worker processes, 13 of them with another GPU's process reaching its end in
+that window, and two workers ran it 1.98x as fast as one
+(results/nvidia-h200x2-2026-11-29-fleet-gated/).
 
 So a GPU process takes a host-wide lock, shared, from just before its capture to the end
 of its timing (`timing`), and a GPU process that has finished takes it exclusively before it

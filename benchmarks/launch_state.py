@@ -9,7 +9,8 @@ none of 49 were. The shift per kernel came out 0.33-0.38 us in every such proces
 and on the compiled side, at batch 1 to 64 (results/nvidia-h200x2-2026-11-29-fleet-16cells/).
 A process moved into it when another process of the host ended after it had captured its
 graphs (benchmarks.launch_gate), or, on one H200, when another made a CUDA context on its
-GPU (benchmarks.fingerprint.newer_gpu_processes).
+GPU (benchmarks.fingerprint.newer_gpu_processes). Only graphs already captured move: the
+state belongs to them, not to the process (benchmarks.launch_pin).
 
 A speedup pools a cell's processes; pooled across states, a cell's interval grew to
 +-0.5-2% and its value moved by up to 3.5% with the mix. So a cell pools the processes of

@@ -15,6 +15,7 @@ from benchmarks.result import Accuracy, BenchResult, ResultError
 from benchmarks.result_schema import (
     BuildEvidence,
     GpuProcesses,
+    LaunchPin,
     PreparedAhead,
     ProcessEvidence,
     SidesEvidence,
@@ -121,12 +122,13 @@ def process_record(r: BenchResult) -> dict[str, Any]:
         else None,
         prepared_ahead=part("prepared_ahead", PreparedAhead),
         gpu_processes=part("gpu_processes", GpuProcesses),
+        launch_pin=part("launch_pin", LaunchPin),
         process_start=evidence.get("process_start")
         if evidence.get("process_start") in ("forked", "fresh") else None,
     )
     return written(record, unless_none=(
         "host_other_cores", "build_fingerprint", "sides", "build", "phases", "timing_window",
-        "prepared_ahead", "gpu_processes", "process_start"))
+        "prepared_ahead", "gpu_processes", "launch_pin", "process_start"))
 
 
 def _merged_fingerprint(results: list[BenchResult], build_fingerprint: Any,

@@ -6,7 +6,8 @@ Each is read where it takes effect: how a benchmark process starts
 (`SPEEDWATCH_BUILD_CACHE_MAX_BYTES`), whether frozen inductor builds are kept as their
 programs (`SPEEDWATCH_INDUCTOR_PROGRAMS`), where bytecode is kept
 (`SPEEDWATCH_PYCACHE_DIR`), the GPU processes' host-wide lock
-(`SPEEDWATCH_GPU_TIMING_LOCK`). Read only there, a typo stopped a worker's first
+(`SPEEDWATCH_GPU_TIMING_LOCK`), whether they pin their launch state
+(`SPEEDWATCH_LAUNCH_PIN`). Read only there, a typo stopped a worker's first
 cell, minutes after the worker seemed to start well. A worker asks here first and refuses
 to start with the variable's name instead.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from benchmarks import build_cache, bytecode, forkserver, launch_gate, prepared
+from benchmarks import build_cache, bytecode, forkserver, launch_gate, launch_pin, prepared
 from benchmarks.backends import inductor_program
 
 _CHECKS: tuple[Callable[[], object], ...] = (
@@ -26,6 +27,7 @@ _CHECKS: tuple[Callable[[], object], ...] = (
     inductor_program.enabled,
     bytecode.configured_dir,
     launch_gate.checked_path,
+    launch_pin.checked,
 )
 
 

@@ -242,6 +242,19 @@ class GpuProcesses(Open):
     newer: Count | None = None
 
 
+class LaunchPin(Open):
+    """A GPU process moved into the faster kernel-launch state before its capture
+    (benchmarks.launch_pin): a tiny graph's time a kernel before and after a helper made a
+    CUDA context on the GPU; `moved` where it dropped (the process was in the slower state),
+    `error` where the helper failed (the process timed in whichever state it was in)."""
+
+    before_us: Positive | None = None
+    after_us: Positive | None = None
+    moved: StrictBool | None = None
+    seconds: NonNegative | None = None
+    error: Text | None = None
+
+
 class FaultEvidence(Open):
     slow_candidate: NonNegative | None = None
     clock: Name | None = None  # the clock its extra work is counted on: thread or wall
@@ -284,6 +297,7 @@ class ProcessEvidence(Open):
     timing_window: Annotated[list[NonNegative], Field(min_length=2, max_length=2)] | None = None
     prepared_ahead: PreparedAhead | None = None
     gpu_processes: GpuProcesses | None = None
+    launch_pin: LaunchPin | None = None
     # "forked" from a warm server that had imported the harness (benchmarks.forkserver)
     process_start: Literal["forked", "fresh"] | None = None
 
@@ -384,6 +398,7 @@ class EvidenceDocument(Open):
     phases: PhaseSeconds | None = None
     process_start: Literal["forked", "fresh"] | None = None
     gpu_processes: GpuProcesses | None = None
+    launch_pin: LaunchPin | None = None
     fault: FaultEvidence | None = None
     processes: Annotated[list[ProcessEvidence], Field(max_length=MAX_PROCESSES)] | None = None
     ci_method: Method | None = None

@@ -9,9 +9,13 @@ its own, in a fraction of a second.
 
 The timing process here (a fresh one, on the GPU it is given) times eager ResNet50's replays
 and the tiny graph's, in turns; then another process makes a CUDA context on the same GPU
-(the one known way into the faster state: benchmarks.fingerprint.newer_gpu_processes), and it
-times both again. The tiny graph reads the state if its time per kernel moves by what eager's
-time per kernel moves.
+(the one known way into the faster state: benchmarks.fingerprint.newer_gpu_processes) and
+ends, and it times both again; then a second one does the same, and it times both a third
+time (`--first driver`: the first context is made by benchmarks.launch_pin's helper through
+the driver API, the second by torch). The tiny graph reads the state if its time per kernel
+moves by what eager's time per kernel moves; the third block says whether the faster state
+holds once entered (so that a process could be put into it on purpose, whatever happens on
+the host afterwards).
 
     bash scripts/gpu_run python3 -m experiments.launch_calibration_probe --out /tmp/lcp.json
 """
@@ -27,9 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import launch_pin
 from experiments.context_order_probe import _holder
 from experiments.host_activity_probe import _models, _time
 
+LABELS = ("before", "after-newer-context", "after-second-context")
 EAGER_KERNELS = 342  # eager ResNet50 fp16 at batch 1 (evidence.kernels_per_inference)
 
 
@@ -66,14 +72,14 @@ def _time_tiny(replay: Any, kernels: int, seconds: float) -> float:
 def _timer(kernels: int, seconds: float, blocks: int) -> None:
     models = _models([1])
     tiny = _tiny_graph(kernels)
-    for label in ("before", "after-newer-context"):
+    for label in LABELS:
         rows = []
         for _ in range(blocks):
             eager_ms = _time(models, seconds)[1]
             rows.append({"eager_ms": eager_ms, "tiny_us_per_kernel":
                          _time_tiny(tiny, kernels, seconds)})
         print(json.dumps({"label": label, "rows": rows}), flush=True)
-        if label == "before":
+        if label != LABELS[-1]:
             sys.stdin.readline()
 
 
@@ -84,6 +90,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=0.7)
     parser.add_argument("--blocks", type=int, default=3)
+    parser.add_argument("--first", choices=("torch", "driver"), default="torch",
+                        help="what makes the first newer context: a torch process, or "
+                             "benchmarks.launch_pin's driver-API helper")
     parser.add_argument("--timer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.timer:
@@ -96,22 +105,33 @@ def main() -> None:
              "-", "--kernels", str(args.kernels), "--seconds", str(args.seconds), "--blocks",
              str(args.blocks)], text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert timer.stdout is not None and timer.stdin is not None
-        before = json.loads(timer.stdout.readline())
-        holder = _holder()
-        timer.stdin.write("go\n")
-        timer.stdin.flush()
-        after = json.loads(timer.stdout.readline())
+        blocks = [json.loads(timer.stdout.readline())]
+        helper_errors = []
+        for step in range(len(LABELS) - 1):
+            if step == 0 and args.first == "driver":
+                # benchmarks.launch_pin's helper: the driver API, no torch
+                helper_errors.append(launch_pin.make_newer_context(0))
+            else:
+                holder = _holder()  # a newer context on the same GPU (torch), then gone
+                holder.kill()
+                holder.wait()
+            timer.stdin.write("go\n")
+            timer.stdin.flush()
+            blocks.append(json.loads(timer.stdout.readline()))
         timer.wait()
-        holder.kill()
-        holder.wait()
 
         def medians(rows: list[dict[str, float]]) -> dict[str, float]:
             return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-        b, a = medians(before["rows"]), medians(after["rows"])
-        row = {"repeat": repeat, "before": b, "after": a,
+        b, a, a2 = (medians(block["rows"]) for block in blocks)
+        row = {"repeat": repeat, "first": args.first, "helper_errors": helper_errors,
+               "before": b, "after": a, "after_second": a2,
                "eager_shift_us_per_kernel": (b["eager_ms"] - a["eager_ms"]) * 1000
                / EAGER_KERNELS,
-               "tiny_shift_us_per_kernel": b["tiny_us_per_kernel"] - a["tiny_us_per_kernel"]}
+               "tiny_shift_us_per_kernel": b["tiny_us_per_kernel"] - a["tiny_us_per_kernel"],
+               "second_eager_shift_us_per_kernel": (a["eager_ms"] - a2["eager_ms"]) * 1000
+               / EAGER_KERNELS,
+               "second_tiny_shift_us_per_kernel":
+                   a["tiny_us_per_kernel"] - a2["tiny_us_per_kernel"]}
         report.append(row)
         print(json.dumps(row), flush=True)
     Path(args.out).write_text(json.dumps(report, indent=1))

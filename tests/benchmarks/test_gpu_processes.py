@@ -110,3 +110,41 @@ def test_with_children_prepared_ahead_a_shared_unit_is_marked_not_measured_again
     assert result.status == "ok", result.reason
     assert "gpu_remeasured" not in result.evidence["adaptive"]
     assert [p["gpu_processes"]["newer"] for p in result.evidence["processes"]] == [1, 1]
+
+
+def _pinned(real: Callable[..., Any], pin: dict[str, Any]) -> Callable[..., Any]:
+    """run_unit whose every unit saw a newer process after its graphs were pinned (or
+    failed to pin) as `pin` records (benchmarks.launch_pin)."""
+    def run(*args: Any, **kwargs: Any) -> BenchResult:
+        one: BenchResult = real(*args, **kwargs)
+        one.evidence["launch_pin"] = dict(pin)
+        return one
+    return run
+
+
+@pytest.mark.slow
+def test_a_pinned_unit_is_not_measured_again_for_a_newer_gpu_process(
+        tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pinned graphs stay in the faster launch state: a newer context cannot move them."""
+    spec = _two_units(tiny_spec)
+    shared = _shared_gpu_units(adaptive.run_unit, [1] * 9)
+    monkeypatch.setattr(adaptive, "run_unit", _pinned(
+        shared, {"before_us": 1.04, "after_us": 0.86, "moved": True, "seconds": 0.9}))
+    result = run_adaptive(spec, reference_for=lambda _r: None, timeout_s=300)
+    assert result.status == "ok", result.reason
+    assert "gpu_remeasured" not in result.evidence["adaptive"]
+    assert [p["launch_pin"]["moved"] for p in result.evidence["processes"]] == [True, True]
+
+
+@pytest.mark.slow
+def test_a_unit_whose_pin_failed_is_guarded_as_before(
+        tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _two_units(tiny_spec)
+    shared = _shared_gpu_units(adaptive.run_unit, [1, 0, 0])
+    monkeypatch.setattr(adaptive, "run_unit", _pinned(
+        shared, {"before_us": 1.04, "after_us": 1.04, "moved": False,
+                 "error": "the context helper failed (exit 2): cuInit failed: CUDA error 100"}))
+    result = run_adaptive(spec, reference_for=lambda _r: None, timeout_s=300)
+    assert result.status == "ok", result.reason
+    assert result.evidence["adaptive"]["gpu_remeasured"] == [1]
+    assert "error" in result.evidence["processes"][0]["launch_pin"]
