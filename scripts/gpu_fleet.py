@@ -436,9 +436,10 @@ def stored_cells(db_path: Path, revision: str) -> list[dict[str, Any]]:
         evidence = json.loads(ev) if ev else {}
         states = evidence.get("launch_states") or {}
         aside = states.get("set_aside_processes") or []
-        gate = [float(p["phases"]["launch_gate"])
-                for p in [*(evidence.get("processes") or []), *aside]
-                if isinstance(p.get("phases"), dict) and "launch_gate" in p["phases"]]
+        every = [p for p in [*(evidence.get("processes") or []), *aside]
+                 if isinstance(p.get("phases"), dict)]
+        gate = [float(p["phases"]["launch_gate"]) for p in every if "launch_gate" in p["phases"]]
+        exits = [float(p["phases"]["exit_gate"]) for p in every if "exit_gate" in p["phases"]]
         cells.append({"series_key": key, "status": status, "error": error,
                       "attempts": attempts, "speedup": speedup, "ci": [low, high],
                       "gpu_index": fingerprint.get("gpu_index"),
@@ -448,18 +449,22 @@ def stored_cells(db_path: Path, revision: str) -> list[dict[str, Any]]:
                       "processes": len(evidence.get("processes") or []) + len(aside),
                       "set_aside": len(aside),
                       "changed_while_timing": len(states.get("changed_while_timing") or []),
-                      "launch_gate_waits": gate})
+                      "launch_gate_waits": gate, "exit_gate_waits": exits})
     return cells
 
 
 def launch_state_line(cells: list[dict[str, Any]]) -> str:
-    """A phase's processes, those set aside by launch state, and the gate's waits."""
-    waits = sorted(w for c in cells for w in c.get("launch_gate_waits") or [])
-    gate = (f"{len(waits)} waited at the launch gate (median {waits[len(waits) // 2]:.2f} s, "
-            f"longest {waits[-1]:.2f} s)" if waits else "none waited at the launch gate")
+    """A phase's processes, those set aside by launch state, and the gate's waits: captures
+    that waited for an ending process, and ending processes that waited for a timing."""
+    def waits(key: str, what: str) -> str:
+        found = sorted(w for c in cells for w in c.get(key) or [])
+        return (f"{len(found)} {what}s (median {found[len(found) // 2]:.2f} s, longest "
+                f"{found[-1]:.2f} s)" if found else f"no {what}")
     return (f"processes: {sum(c.get('processes') or 0 for c in cells)}; set aside by launch "
             f"state: {sum(c.get('set_aside') or 0 for c in cells)} (changed while timing: "
-            f"{sum(c.get('changed_while_timing') or 0 for c in cells)}); {gate}")
+            f"{sum(c.get('changed_while_timing') or 0 for c in cells)}); "
+            f"{waits('launch_gate_waits', 'capture waiting at the launch gate')}; "
+            f"{waits('exit_gate_waits', 'end waiting for a timing')}")
 
 
 def _redis_ping(port: int, redis: subprocess.Popen[bytes], out: Path) -> bool:

@@ -114,3 +114,45 @@ def test_off_turns_the_gate_off(monkeypatch: pytest.MonkeyPatch) -> None:
     with launch_gate.timing() as waited:
         assert waited is None
     assert launch_gate.hold_until_exit() is None
+
+
+ENDING_CHILD = """
+import sys
+from pathlib import Path
+from benchmarks import child
+from benchmarks.result import BenchResult
+out = Path(sys.argv[1])
+result = BenchResult.from_json(Path(sys.argv[2]).read_text())
+out.write_text(result.to_json())  # as the child writes it before it ends
+print("ready", flush=True)
+sys.stdin.readline()
+child.end_between_timings(result, out)
+"""
+DOCUMENT = Path(__file__).parent / "documents" / "cuda-single.json"
+
+
+def test_a_gpu_child_that_waited_to_end_says_so_in_its_record(
+        lock: Path, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    timing = _start(TIMING, "1.5")
+    assert _line(timing) == "in"
+    ending = _start(ENDING_CHILD, str(out), str(DOCUMENT))
+    assert _line(ending) == "ready" and ending.stdin is not None
+    ending.stdin.write("go\n")
+    ending.stdin.flush()
+    assert ending.wait(timeout=30) == 0 and timing.wait(timeout=30) == 0
+    phases = json.loads(out.read_text())["evidence"]["phases"]
+    assert phases["exit_gate"] > 0.3
+
+
+def test_a_gpu_child_that_ended_at_once_keeps_its_record_as_written(
+        lock: Path, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    ending = _start(ENDING_CHILD, str(out), str(DOCUMENT))
+    assert _line(ending) == "ready" and ending.stdin is not None
+    written = out.read_text()
+    ending.stdin.write("go\n")
+    ending.stdin.flush()
+    assert ending.wait(timeout=30) == 0
+    assert out.read_text() == written
+    assert "exit_gate" not in json.loads(written)["evidence"].get("phases", {})
