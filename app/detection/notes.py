@@ -57,6 +57,9 @@ def measurement_notes(result: BenchResult) -> list[str]:
     states = launch_state_note(result)
     if states:
         notes.append(states)
+    pinned = launch_pin_note(result)
+    if pinned:
+        notes.append(pinned)
     return notes
 
 
@@ -144,6 +147,34 @@ def launch_state_note(result: BenchResult) -> str | None:
     return (f"launch state: {'; '.join(parts)}: a state of the GPU's launch path rather than "
             f"of the software; the speedup pools the other {len(states.pooled)} "
             "(evidence.launch_states keeps the set-aside ones)")
+
+
+def launch_pin_note(result: BenchResult) -> str | None:
+    """Where GPU processes pinned their graphs' launch state (benchmarks.launch_pin), in
+    words: its speedups are the faster state's, not comparable with unpinned runs'."""
+    evidence = stored_evidence(result.evidence)
+    records = [p.launch_pin for p in evidence.processes] if evidence.processes \
+        else [evidence.launch_pin]
+    pins = [r for r in records if r is not None]
+    if not pins:
+        return None
+    failed = [r for r in pins if r.error]
+    done = [r for r in pins if not r.error]
+    parts = []
+    if done:
+        moved = [r for r in done if r.moved]
+        there = len(done) - len(moved)
+        reads = sorted((r.before_us, r.after_us) for r in moved
+                       if r.before_us is not None and r.after_us is not None)
+        read = (f"; a 500-kernel graph went from {reads[0][0]:.3f} to {reads[0][1]:.3f} us a "
+                "kernel" if reads else "")
+        parts.append(f"{len(done)} of {len(records)} processes timed their graphs in the "
+                     f"faster launch state ({len(moved)} moved into it, {there} "
+                     f"{'was' if there == 1 else 'were'} in it already{read})")
+    if failed:
+        parts.append(f"the pin failed in {len(failed)} of {len(records)} ({failed[0].error}): "
+                     "those timed in whichever state they were in")
+    return f"launch pin: {'; '.join(parts)}"
 
 
 def _processes(units: list[int]) -> str:
