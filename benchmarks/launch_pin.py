@@ -16,7 +16,9 @@ an H200 (results/nvidia-h200-2026-11-29-launch-calibration/):
   (1.0433 to 0.8653 us a kernel, three processes of three), the cell's graphs, captured
   after it, did not (eager 1.0079 ms, as without the pin: 1.0080-1.0085).
 
-So the pin comes after the capture: a helper process makes a CUDA context on the same GPU
+So the pin comes after the capture, once the children preparing beside the process have
+been stopped (benchmarks.prepared), just before the timing: a helper process makes a CUDA
+context on the same GPU
 (through the driver, without torch: under a second) and ends; the graphs already captured,
 the cell's and a tiny one, move. A graph of many one-element kernels, a replay of which is
 almost all launch, is read before and after (`before_us`, `after_us`, a kernel): a process

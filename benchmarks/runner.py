@@ -386,10 +386,6 @@ def _capture_and_time(spec: BenchSpec, fns: dict[str, Callable[[], Any]], prep: 
                                   evidence)
     mode = "graphs" if all(graphs.values()) and graphs else "nographs"
     phases.lap("capture")
-    if on_cuda and launch_pin.enabled():
-        # its graphs, captured now, into the faster launch state (benchmarks.launch_pin)
-        evidence["launch_pin"] = _pinned()
-        phases.lap("launch_pin")
     # The timed thread on its own core (benchmarks.host), pinned here and not at start:
     # compilers before this point may use every core.
     pinned = host.apply_pin()
@@ -398,6 +394,11 @@ def _capture_and_time(spec: BenchSpec, fns: dict[str, Callable[[], Any]], prep: 
     nvml_start = fingerprint.collect_nvml() if on_cuda else None
     # the children preparing beside this one (benchmarks.prepared) stop while it times
     quiet_wait = prepared.quiet_please()
+    if on_cuda and launch_pin.enabled():
+        # its graphs, captured now, into the faster launch state (benchmarks.launch_pin),
+        # read while the children preparing beside it are stopped
+        evidence["launch_pin"] = _pinned()
+        phases.lap("launch_pin")
     gpu_before = fingerprint.gpu_processes() if prep.gpu_first is not None else None
     with _stage("timing"):
         samples = _time(spec, timed, spec.child_side, cpu_clock)
