@@ -204,8 +204,10 @@ def flips(db: sqlite3.Connection, run: int) -> dict[str, int]:
                 "gpu": cell["gpu"], "state": state,
                 "from": window[0] - ph.get("capture", 0.0) - CAPTURE_MARGIN_S, "to": window[1],
                 "context": start + sum(ph.get(k, 0.0) for k in ("start", "identity", "model")),
+                # an end that waited at the launch gate came that much later (exit_gate)
                 "end": window[1] + sum(ph.get(k, 0.0) for k in ("profile", "kernels",
-                                                                "evidence")) + EXIT_LAG_S})
+                                                                "evidence", "exit_gate"))
+                + EXIT_LAG_S})
     table: dict[str, int] = {}
     for p in procs:
         others = [q for q in procs if q["gpu"] != p["gpu"]]
