@@ -19,12 +19,13 @@ an H200 (results/nvidia-h200-2026-11-29-launch-calibration/):
 So the pin comes after the capture, once the children preparing beside the process have
 been stopped (benchmarks.prepared), just before the timing: a helper process makes a CUDA
 context on the same GPU (through the driver, without torch: under a second) and ends; the
-graphs already captured, the cell's and a tiny one, move. A graph of many one-element kernels, a replay of which is
-almost all launch, is read before and after (`before_us`, `after_us`, a kernel): a process
-whose graphs moved shows the drop; one whose graphs were in the faster state already shows
-none. A pinned process's graphs stay in the faster state whatever the host's other
-processes do afterwards, so the GPU guard (benchmarks.adaptive) does not measure it again
-for a newer context. A process whose helper failed times as before and says why (`error`).
+graphs already captured, the cell's and a tiny one, move. A graph of many one-element
+kernels, a replay of which is almost all launch, is read before and after (`before_us`,
+`after_us`, a kernel): a process whose graphs moved shows the drop; one whose graphs were
+in the faster state already shows none. A pinned process's graphs stay in the faster state
+whatever the host's other processes do afterwards, so the GPU guard (benchmarks.adaptive)
+does not measure it again for a newer context. A process whose helper failed times as
+before and says why (`error`).
 
 Off by default until a GPU run has shown the cell's graphs move with the pin after the
 capture (the placement the measurements above point to; not measured yet). A child never

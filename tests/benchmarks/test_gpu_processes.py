@@ -112,39 +112,32 @@ def test_with_children_prepared_ahead_a_shared_unit_is_marked_not_measured_again
     assert [p["gpu_processes"]["newer"] for p in result.evidence["processes"]] == [1, 1]
 
 
-def _pinned(real: Callable[..., Any], pin: dict[str, Any]) -> Callable[..., Any]:
-    """run_unit whose every unit saw a newer process after its graphs were pinned (or
-    failed to pin) as `pin` records (benchmarks.launch_pin)."""
+
+def _pinned(real: Callable[..., Any], pins: list[dict[str, Any]]) -> Callable[..., Any]:
+    """run_unit whose unit i recorded `pins[i]` (benchmarks.launch_pin): graphs pinned into
+    the faster launch state, or a pin that failed."""
+    calls = iter(pins)
+
     def run(*args: Any, **kwargs: Any) -> BenchResult:
         one: BenchResult = real(*args, **kwargs)
-        one.evidence["launch_pin"] = dict(pin)
+        one.evidence["launch_pin"] = dict(next(calls))
         return one
     return run
 
 
 @pytest.mark.slow
-def test_a_pinned_unit_is_not_measured_again_for_a_newer_gpu_process(
+def test_a_pinned_unit_is_not_measured_again_for_a_newer_gpu_process_but_an_unpinned_one_is(
         tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pinned graphs stay in the faster launch state: a newer context cannot move them."""
+    """Pinned graphs stay in the faster launch state: a newer context cannot move them. A
+    unit whose pin failed is guarded as before."""
     spec = _two_units(tiny_spec)
-    shared = _shared_gpu_units(adaptive.run_unit, [1] * 9)
-    monkeypatch.setattr(adaptive, "run_unit", _pinned(
-        shared, {"before_us": 1.04, "after_us": 0.86, "moved": True, "seconds": 0.9}))
+    moved = {"before_us": 1.04, "after_us": 0.86, "moved": True, "seconds": 0.9}
+    failed = {"error": "the context helper failed (exit 2): cuInit failed: CUDA error 100"}
+    # unit 1 pinned and shared; unit 2 unpinned and shared, then measured again unshared
+    shared = _shared_gpu_units(adaptive.run_unit, [1, 1, 0])
+    monkeypatch.setattr(adaptive, "run_unit", _pinned(shared, [moved, failed, failed]))
     result = run_adaptive(spec, reference_for=lambda _r: None, timeout_s=300)
     assert result.status == "ok", result.reason
-    assert "gpu_remeasured" not in result.evidence["adaptive"]
-    assert [p["launch_pin"]["moved"] for p in result.evidence["processes"]] == [True, True]
-
-
-@pytest.mark.slow
-def test_a_unit_whose_pin_failed_is_guarded_as_before(
-        tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = _two_units(tiny_spec)
-    shared = _shared_gpu_units(adaptive.run_unit, [1, 0, 0])
-    monkeypatch.setattr(adaptive, "run_unit", _pinned(
-        shared, {"before_us": 1.04, "after_us": 1.04, "moved": False,
-                 "error": "the context helper failed (exit 2): cuInit failed: CUDA error 100"}))
-    result = run_adaptive(spec, reference_for=lambda _r: None, timeout_s=300)
-    assert result.status == "ok", result.reason
-    assert result.evidence["adaptive"]["gpu_remeasured"] == [1]
-    assert "error" in result.evidence["processes"][0]["launch_pin"]
+    assert result.evidence["adaptive"]["gpu_remeasured"] == [2]
+    pins = [p["launch_pin"] for p in result.evidence["processes"]]
+    assert pins[0]["moved"] is True and "error" in pins[1]
