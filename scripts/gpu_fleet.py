@@ -440,6 +440,8 @@ def stored_cells(db_path: Path, revision: str) -> list[dict[str, Any]]:
                  if isinstance(p.get("phases"), dict)]
         gate = [float(p["phases"]["launch_gate"]) for p in every if "launch_gate" in p["phases"]]
         exits = [float(p["phases"]["exit_gate"]) for p in every if "exit_gate" in p["phases"]]
+        pins = [p["launch_pin"] for p in [*(evidence.get("processes") or []), *aside]
+                if isinstance(p.get("launch_pin"), dict)]
         cells.append({"series_key": key, "status": status, "error": error,
                       "attempts": attempts, "speedup": speedup, "ci": [low, high],
                       "gpu_index": fingerprint.get("gpu_index"),
@@ -449,7 +451,10 @@ def stored_cells(db_path: Path, revision: str) -> list[dict[str, Any]]:
                       "processes": len(evidence.get("processes") or []) + len(aside),
                       "set_aside": len(aside),
                       "changed_while_timing": len(states.get("changed_while_timing") or []),
-                      "launch_gate_waits": gate, "exit_gate_waits": exits})
+                      "launch_gate_waits": gate, "exit_gate_waits": exits,
+                      "pinned": sum(1 for pin in pins if not pin.get("error")),
+                      "pins_moved": sum(1 for pin in pins if pin.get("moved")),
+                      "pins_failed": sum(1 for pin in pins if pin.get("error"))})
     return cells
 
 
@@ -464,7 +469,18 @@ def launch_state_line(cells: list[dict[str, Any]]) -> str:
             f"state: {sum(c.get('set_aside') or 0 for c in cells)} (changed while timing: "
             f"{sum(c.get('changed_while_timing') or 0 for c in cells)}); "
             f"{waits('launch_gate_waits', 'capture waiting at the launch gate')}; "
-            f"{waits('exit_gate_waits', 'end waiting for a timing')}")
+            f"{waits('exit_gate_waits', 'end waiting for a timing')}"
+            f"{pinned(cells)}")
+
+
+def pinned(cells: list[dict[str, Any]]) -> str:
+    """The processes that pinned their launch state (benchmarks.launch_pin), where any did."""
+    done, moved, failed = (sum(c.get(k) or 0 for c in cells)
+                           for k in ("pinned", "pins_moved", "pins_failed"))
+    if not done and not failed:
+        return ""
+    return (f"; launch pin: {done} pinned ({moved} moved into the faster state)"
+            f"{f', {failed} failed' if failed else ''}")
 
 
 def _redis_ping(port: int, redis: subprocess.Popen[bytes], out: Path) -> bool:
