@@ -458,18 +458,23 @@ def stored_cells(db_path: Path, revision: str) -> list[dict[str, Any]]:
     return cells
 
 
+CAPTURE_WAITS = ("capture waiting at the launch gate", "captures waiting at the launch gate")
+END_WAITS = ("end waiting for a timing", "ends waiting for a timing")
+
+
 def launch_state_line(cells: list[dict[str, Any]]) -> str:
     """A phase's processes, those set aside by launch state, and the gate's waits: captures
     that waited for an ending process, and ending processes that waited for a timing."""
-    def waits(key: str, what: str) -> str:
+    def waits(key: str, what: str, whats: str) -> str:
         found = sorted(w for c in cells for w in c.get(key) or [])
-        return (f"{len(found)} {what}s (median {found[len(found) // 2]:.2f} s, longest "
-                f"{found[-1]:.2f} s)" if found else f"no {what}")
+        return (f"{len(found)} {what if len(found) == 1 else whats} (median "
+                f"{found[len(found) // 2]:.2f} s, longest {found[-1]:.2f} s)" if found
+                else f"no {what}")
     return (f"processes: {sum(c.get('processes') or 0 for c in cells)}; set aside by launch "
             f"state: {sum(c.get('set_aside') or 0 for c in cells)} (changed while timing: "
             f"{sum(c.get('changed_while_timing') or 0 for c in cells)}); "
-            f"{waits('launch_gate_waits', 'capture waiting at the launch gate')}; "
-            f"{waits('exit_gate_waits', 'end waiting for a timing')}"
+            f"{waits('launch_gate_waits', *CAPTURE_WAITS)}; "
+            f"{waits('exit_gate_waits', *END_WAITS)}"
             f"{pinned(cells)}")
 
 
