@@ -226,15 +226,20 @@ def _judge_result(
         return CellVerdict("error", (f"no baseline: {exc}",))
     verdict = judge_cell(document, chosen.baseline,
                          threshold=policy.threshold_for(cell.series_key))
-    if verdict.verdict == "regression" and chosen.baseline is not None:
-        before = chosen.baseline.result
-        if before is not None:
-            verdict = CellVerdict(
-                verdict.verdict,
-                (*verdict.reasons,
-                 f"what changed: {evidence_sentence(before, document)}"),
-                verdict.ratio, verdict.suspect)
-    return _Judged(row, document, chosen, verdict)
+    judged = _Judged(row, document, chosen, verdict)
+    return _Judged(row, document, chosen, _what_changed(verdict, judged)) \
+        if verdict.verdict == "regression" else judged
+
+
+def _what_changed(verdict: CellVerdict, judged: _Judged) -> CellVerdict:
+    """A regression's reasons say what changed in the evidence against its baseline: a
+    regression at once, and a suspected drop its re-measure confirmed."""
+    before = judged.chosen.baseline.result if judged.chosen.baseline is not None else None
+    if before is None:
+        return verdict
+    return CellVerdict(verdict.verdict, (*verdict.reasons, "what changed: "
+                                         f"{evidence_sentence(before, judged.document)}"),
+                       verdict.ratio, verdict.suspect)
 
 
 def _with_reason(verdict: CellVerdict, reason: str, *, first: bool = False,
@@ -349,8 +354,9 @@ def _second_opinion(session: Session, run: Run, cell: Cell, row: Result, judged:
             return _with_reason(verdict, f"{what} not confirmed: re-measure shows "
                                 f"{outcome.sentence}", first=True, kind="pass"), None
         if outcome.verdict == "regression":
-            return _with_reason(verdict, f"confirmed by re-measure: {outcome.sentence}",
-                                kind="regression"), None
+            confirmed = _with_reason(verdict, f"confirmed by re-measure: {outcome.sentence}",
+                                     kind="regression")
+            return (_what_changed(confirmed, judged) if suspect_only else confirmed), None
         if outcome.verdict == "inconclusive":
             return _with_reason(verdict, f"re-measure inconclusive: {outcome.sentence}",
                                 first=True, kind="inconclusive"), None

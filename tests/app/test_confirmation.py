@@ -275,6 +275,8 @@ def test_an_undecided_large_drop_is_re_measured_and_never_a_plain_pass(
     remeasure(session, local, run, {"candidate": 1.9, "baseline": 2.0})
     assert (run.status, run.verdict) == ("done", "regression")
     assert any("confirmed by re-measure" in r for r in run.reasons)
+    # like a regression decided at once, it says what changed against its baseline
+    assert any(": what changed: " in r for r in run.reasons)
     assert [r.status for r in regressions(session)] == ["open"]
 
 
