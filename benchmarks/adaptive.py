@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from benchmarks import host, identity, launch_state, paired_units, prepared, stats
+from benchmarks import host, identity, launch_pin, launch_state, paired_units, prepared, stats
 from benchmarks.children import (
     LOAD_REMEASURES,
     LOAD_WAIT_S,
@@ -431,9 +431,9 @@ class AdaptiveMeasurement:
         are left (LOAD_REMEASURES a cell); after that it is kept, and the verdict says so
         (app.detection.notes)."""
         evidence = one.evidence if isinstance(one.evidence, dict) else {}
-        record, pin = evidence.get("gpu_processes"), evidence.get("launch_pin") or {}
+        record = evidence.get("gpu_processes")
         newer = record.get("newer") if isinstance(record, dict) else None
-        if "after_us" in pin and not pin.get("error"):  # pinned: stays (launch_pin)
+        if launch_pin.held(evidence.get("launch_pin")):  # pinned graphs stay as they are
             return False
         # children prepared ahead (benchmarks.prepared) make contexts beside every unit:
         # measuring again would meet them again, so their units are only marked

@@ -137,9 +137,15 @@ def reading(replay: Callable[[], Any], kernels: int = TINY_KERNELS,
     return statistics.median(samples) * 1000 / kernels
 
 
+def held(record: object) -> bool:
+    """Whether a process's `launch_pin` record says its graphs were pinned (read, helper run,
+    no error): they stay in the faster state whatever happens on the GPU afterwards."""
+    return isinstance(record, dict) and "after_us" in record and not record.get("error")
+
+
 def pin(device_index: int) -> dict[str, Any]:
     """Move this process's captured graphs into the faster launch state; the record
-    (result_schema.LaunchPin). Only graphs captured before it move: call it after the
+    (gpu_process_schema.LaunchPin). Only graphs captured before it move: call it after the
     capture, just before the timing."""
     start = time.monotonic()
     replay = tiny_graph()

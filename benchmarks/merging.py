@@ -11,11 +11,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from benchmarks import build, identity, stats
+from benchmarks.gpu_process_schema import GpuProcesses, LaunchPin
 from benchmarks.result import Accuracy, BenchResult, ResultError
 from benchmarks.result_schema import (
     BuildEvidence,
-    GpuProcesses,
-    LaunchPin,
     PreparedAhead,
     ProcessEvidence,
     SidesEvidence,

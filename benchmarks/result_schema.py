@@ -74,6 +74,7 @@ from benchmarks.document_values import (
     TimingMode,
     _raise_at,
 )
+from benchmarks.gpu_process_schema import GpuProcesses, LaunchPin
 from benchmarks.spec import SpecError, parse_series_key
 from benchmarks.timing_schema import TimingPolicyDocument
 from benchmarks.vocabulary import AdaptiveMode, Outcome, StoppedBy
@@ -230,29 +231,6 @@ class PreparedAhead(Open):
 
     waited_for_ready_seconds: NonNegative | None = None
     prepared_beside: Count | None = None
-
-
-class GpuProcesses(Open):
-    """The processes holding a CUDA context on a GPU process's device (NVML): `present` once
-    it had its own (itself included), `newer` those that made one after it, before its
-    timing ended. A newer context shortens every kernel launch of the older process's CUDA
-    graphs (benchmarks.fingerprint.newer_gpu_processes)."""
-
-    present: Count | None = None
-    newer: Count | None = None
-
-
-class LaunchPin(Open):
-    """A GPU process moved into the faster kernel-launch state before its capture
-    (benchmarks.launch_pin): a tiny graph's time a kernel before and after a helper made a
-    CUDA context on the GPU; `moved` where it dropped (the process was in the slower state),
-    `error` where the helper failed (the process timed in whichever state it was in)."""
-
-    before_us: Positive | None = None
-    after_us: Positive | None = None
-    moved: StrictBool | None = None
-    seconds: NonNegative | None = None
-    error: Text | None = None
 
 
 class FaultEvidence(Open):

@@ -425,7 +425,7 @@ def _record_gpu_processes(first: set[int] | None, before: set[int] | None,
     after = fingerprint.gpu_processes()
     newer = fingerprint.newer_gpu_processes(first, before, after)
     if newer is not None:
-        # the schema's result_schema.GpuProcesses; the child writes plain JSON
+        # the schema's gpu_process_schema.GpuProcesses; the child writes plain JSON
         evidence["gpu_processes"] = {"present": len(first), "newer": newer}
 
 

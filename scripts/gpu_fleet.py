@@ -55,6 +55,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks import launch_pin  # noqa: E402
 from benchmarks.result import Speedup  # noqa: E402
 from benchmarks.stats import log_half_width  # noqa: E402
 
@@ -436,23 +437,22 @@ def stored_cells(db_path: Path, revision: str) -> list[dict[str, Any]]:
         evidence = json.loads(ev) if ev else {}
         states = evidence.get("launch_states") or {}
         aside = states.get("set_aside_processes") or []
-        every = [p for p in [*(evidence.get("processes") or []), *aside]
-                 if isinstance(p.get("phases"), dict)]
-        gate = [float(p["phases"]["launch_gate"]) for p in every if "launch_gate" in p["phases"]]
-        exits = [float(p["phases"]["exit_gate"]) for p in every if "exit_gate" in p["phases"]]
-        pins = [p["launch_pin"] for p in [*(evidence.get("processes") or []), *aside]
-                if isinstance(p.get("launch_pin"), dict)]
+        processes = [*(evidence.get("processes") or []), *aside]
+        phased = [p["phases"] for p in processes if isinstance(p.get("phases"), dict)]
+        gate = [float(ph["launch_gate"]) for ph in phased if "launch_gate" in ph]
+        exits = [float(ph["exit_gate"]) for ph in phased if "exit_gate" in ph]
+        pins = [p["launch_pin"] for p in processes if isinstance(p.get("launch_pin"), dict)]
         cells.append({"series_key": key, "status": status, "error": error,
                       "attempts": attempts, "speedup": speedup, "ci": [low, high],
                       "gpu_index": fingerprint.get("gpu_index"),
                       "hostname": fingerprint.get("hostname"), "started_at": began,
                       "finished_at": ended, "duration_s": dur, "compile_s": comp,
                       "exclusivity": evidence.get("exclusivity"),
-                      "processes": len(evidence.get("processes") or []) + len(aside),
+                      "processes": len(processes),
                       "set_aside": len(aside),
                       "changed_while_timing": len(states.get("changed_while_timing") or []),
                       "launch_gate_waits": gate, "exit_gate_waits": exits,
-                      "pinned": sum(1 for pin in pins if not pin.get("error")),
+                      "pinned": sum(1 for pin in pins if launch_pin.held(pin)),
                       "pins_moved": sum(1 for pin in pins if pin.get("moved")),
                       "pins_failed": sum(1 for pin in pins if pin.get("error"))})
     return cells

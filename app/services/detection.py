@@ -226,19 +226,20 @@ def _judge_result(
         return CellVerdict("error", (f"no baseline: {exc}",))
     verdict = judge_cell(document, chosen.baseline,
                          threshold=policy.threshold_for(cell.series_key))
-    judged = _Judged(row, document, chosen, verdict)
-    return _Judged(row, document, chosen, _what_changed(verdict, judged)) \
-        if verdict.verdict == "regression" else judged
+    if verdict.verdict == "regression":
+        verdict = _what_changed(verdict, chosen, document)
+    return _Judged(row, document, chosen, verdict)
 
 
-def _what_changed(verdict: CellVerdict, judged: _Judged) -> CellVerdict:
+def _what_changed(verdict: CellVerdict, chosen: ChosenBaseline,
+                  document: BenchResult) -> CellVerdict:
     """A regression's reasons say what changed in the evidence against its baseline: a
     regression at once, and a suspected drop its re-measure confirmed."""
-    before = judged.chosen.baseline.result if judged.chosen.baseline is not None else None
+    before = chosen.baseline.result if chosen.baseline is not None else None
     if before is None:
         return verdict
     return CellVerdict(verdict.verdict, (*verdict.reasons, "what changed: "
-                                         f"{evidence_sentence(before, judged.document)}"),
+                                         f"{evidence_sentence(before, document)}"),
                        verdict.ratio, verdict.suspect)
 
 
@@ -356,7 +357,8 @@ def _second_opinion(session: Session, run: Run, cell: Cell, row: Result, judged:
         if outcome.verdict == "regression":
             confirmed = _with_reason(verdict, f"confirmed by re-measure: {outcome.sentence}",
                                      kind="regression")
-            return (_what_changed(confirmed, judged) if suspect_only else confirmed), None
+            return (_what_changed(confirmed, judged.chosen, judged.document) if suspect_only
+                    else confirmed), None
         if outcome.verdict == "inconclusive":
             return _with_reason(verdict, f"re-measure inconclusive: {outcome.sentence}",
                                 first=True, kind="inconclusive"), None
